@@ -1,0 +1,122 @@
+"""Argument checks shared by the public API. Each raises an error that names
+the argument and says what was expected."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def check_dtype(dtype, name="dtype"):
+    """Return ``dtype`` as float32 or float64, or raise TypeError."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be numpy.float32 or numpy.float64, got {dtype!r}") from exc
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be numpy.float32 or numpy.float64, got {dt}")
+    return dt
+
+
+def check_int(value, name, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_float(value, name, low=None, high=None, low_open=False, high_open=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value}")
+    if high is not None and (value > high or (high_open and value == high)):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value}")
+    return value
+
+
+def check_choice(value, name, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
+    return value
+
+
+def _check_float_kind(dtype, name):
+    if not np.issubdtype(dtype, np.floating):
+        raise TypeError(f"{name} must have a floating-point dtype, got {dtype}")
+
+
+def check_dense(value, name, shape, dtype):
+    """Return ``value`` as a C-contiguous array of ``dtype`` and ``shape``.
+
+    ``shape`` entries of ``None`` match any size. A float array of another
+    precision is converted (a copy); non-float data raises TypeError and
+    NaN/inf raises ValueError. The input is never modified.
+    """
+    if sp.issparse(value):
+        raise TypeError(f"{name} must be a dense array, got a scipy.sparse {type(value).__name__}")
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise TypeError(f"{name} must be a numeric array, got dtype object")
+    _check_float_kind(arr.dtype, name)
+    if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+        want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, but contains NaN or inf")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def check_features(x, name, num_nodes, num_features, dtype):
+    """Validate node features, dense or scipy.sparse; sparse stays sparse (CSR)."""
+    if sp.issparse(x):
+        _check_float_kind(x.dtype, name)
+        if x.ndim != 2 or x.shape != (num_nodes, num_features):
+            raise ValueError(
+                f"{name} must have shape ({num_nodes}, {num_features}) "
+                f"(num_nodes, in_features), got {x.shape}"
+            )
+        csr = sp.csr_array(x, dtype=dtype)
+        if not np.all(np.isfinite(csr.data)):
+            raise ValueError(f"{name} must be finite, but contains NaN or inf")
+        return csr
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise TypeError(f"{name} must be a numeric array or scipy.sparse matrix, got dtype object")
+    _check_float_kind(arr.dtype, name)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (num_nodes, in_features), got shape {arr.shape}")
+    if arr.shape[0] != num_nodes:
+        raise ValueError(
+            f"{name} must have one row per node: expected {num_nodes} rows, got {arr.shape[0]}"
+        )
+    if arr.shape[1] != num_features:
+        raise ValueError(
+            f"{name} must have in_features = {num_features} columns, got {arr.shape[1]}"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, but contains NaN or inf")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+def as_graph(graph, name="graph"):
+    """Accept a CSRGraph or a square scipy.sparse adjacency (by target)."""
+    from .graph import CSRGraph
+
+    if isinstance(graph, CSRGraph):
+        return graph
+    if sp.issparse(graph):
+        return CSRGraph.from_scipy(graph)
+    raise TypeError(
+        f"{name} must be a gatfast.CSRGraph or a square scipy.sparse matrix, "
+        f"got {type(graph).__name__}"
+    )

@@ -1,0 +1,18 @@
+"""Numba kernels: pure functions on arrays, no classes, no I/O.
+
+Callers validate and convert; kernels assume contiguous arrays of one float
+dtype and int64 CSR arrays.
+"""
+
+from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
+from .backward import gatv2_backward_source, gatv2_backward_target
+from .forward import gatv2_forward
+
+__all__ = [
+    "ACTIVATIONS",
+    "LEAKY_RELU",
+    "SOFTPLUS",
+    "gatv2_backward_source",
+    "gatv2_backward_target",
+    "gatv2_forward",
+]
