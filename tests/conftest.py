@@ -1,0 +1,31 @@
+"""Shared pytest setup for the engine tests."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+# ``import naive`` works whatever pytest's import mode is.
+sys.path.insert(0, os.path.dirname(__file__))
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    # Modest and reproducible: the property tests must stay fast on 2 cores in CI.
+    settings.register_profile(
+        "gatfast",
+        max_examples=25,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    settings.load_profile("gatfast")
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass
+
+
+@pytest.fixture
+def rng():
+    """A fresh, seeded generator per test."""
+    return np.random.default_rng(20240611)
