@@ -1,0 +1,280 @@
+"""Θ_R gradient-flow diagnostics against brute force.
+
+The brute-force check: node ``i``'s contribution to row ``h*C + d`` of Θ_R is
+structurally zero iff node ``i``'s output does not move, to first order,
+when ``r_i^(h, d)`` moves. Perturbing the bias ``b_r[h*C + d]`` by ``±eps``
+moves ``r^(h, d)`` of *every* node by ``eps`` (the bias column of Θ_R), and
+node ``i``'s output depends on no other node's ``r``, so one pair of forward
+passes per channel shows, for all nodes at once, whose output changes.
+"""
+
+import csv
+import os
+
+import naive
+import numpy as np
+import pytest
+
+from gatfast import GATv2Layer
+from gatfast.diagnostics import (
+    CAUSES,
+    ThetaRFlowRecorder,
+    structural_zero_causes,
+    theta_r_flow,
+    theta_r_flow_from_cache,
+)
+from gatfast.kernels import ACTIVATIONS, gatv2_backward_target, gatv2_forward
+
+EPS = 1e-4  # no regime flips: make_case keeps |z| > 1e-3
+DEAD = 1e-10  # |Δout| / (2 eps) below this: no change (rounding gives ~1e-12)
+LIVE = 1e-9  # above this: a real change; nothing may fall in between
+
+
+def make_case(seed, n=20, max_degree=4, in_features=3, empty_rows=1, **kw):
+    """A random graph, features and a float64 layer whose scores stay away from the kinks."""
+    rng = np.random.default_rng(seed)
+    graph = naive.random_graph(rng, n, max_degree, duplicates=True, empty_rows=empty_rows)
+    x = rng.standard_normal((n, in_features))
+    for _ in range(100):
+        layer = GATv2Layer(in_features, 3, dtype=np.float64, seed=int(rng.integers(1 << 30)), **kw)
+        naive.randomize_params(layer, rng, scale=0.7)
+        _, cache = layer.forward(graph, x)
+        g = cache.graph
+        z = cache.xr[g.targets()] + cache.xl[g.indices]
+        if z.size == 0 or np.abs(z).min() > 1e-3:  # no regime flip within ±eps
+            return layer, graph, x
+    raise AssertionError("could not draw scores away from zero")
+
+
+def brute_force_changed(layer, graph, x):
+    """(n, H, C) bool: does node i's output move when b_r[h*C + d] moves by ±EPS."""
+    n, H, C = graph.num_nodes, layer.heads, layer.out_features
+    base = layer.params["b_r"].copy()
+    ratio = np.zeros((n, H, C))
+    for h in range(H):
+        for d in range(C):
+            outs = []
+            for sign in (1.0, -1.0):
+                b = base.copy()
+                b[h * C + d] += sign * EPS
+                layer.params["b_r"] = b
+                outs.append(layer.forward(graph, x)[0])
+            ratio[:, h, d] = np.abs(outs[0] - outs[1]).max(axis=1) / (2 * EPS)
+    layer.params["b_r"] = base
+    ambiguous = (ratio > DEAD) & (ratio < LIVE)
+    assert not ambiguous.any(), f"ratios between the thresholds: {ratio[ambiguous]}"
+    return ratio >= LIVE
+
+
+def kernel_attention_changed(layer, cache):
+    """(n, H, C) bool from the forward kernel alone: does the attention output of node i
+    move when column (h, d) of xr moves by ±EPS (covers shared weights and root weights)."""
+    g = cache.graph
+    n, H, C = cache.xr.shape
+    kind = ACTIVATIONS[layer.attention_activation]
+    slope = np.float64(layer.negative_slope)
+    empty = np.zeros((0, H))
+    ratio = np.zeros((n, H, C))
+    for h in range(H):
+        for d in range(C):
+            outs = []
+            for sign in (1.0, -1.0):
+                xr = cache.xr.copy()
+                xr[:, h, d] += sign * EPS
+                alpha = np.empty((g.nnz, H))
+                out = np.empty((n, H, C))
+                gatv2_forward(g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind,
+                              empty, alpha, out)
+                outs.append(out[:, h, :])
+            ratio[:, h, d] = np.abs(outs[0] - outs[1]).max(axis=1) / (2 * EPS)
+    ambiguous = (ratio > DEAD) & (ratio < LIVE)
+    assert not ambiguous.any(), f"ratios between the thresholds: {ratio[ambiguous]}"
+    return ratio >= LIVE
+
+
+CONFIGS = [
+    dict(heads=2),
+    dict(heads=2, add_self_loops=False),
+    dict(heads=3, concat=False),
+    dict(heads=1, negative_slope=0.01, add_self_loops=False),
+    dict(heads=2, negative_slope=-0.5),
+    dict(heads=2, attention_activation="softplus"),
+    dict(heads=2, attention_activation="softplus", add_self_loops=False),
+    dict(heads=2, root_weight="theta_r"),
+    dict(heads=2, root_weight="theta_n", concat=False),
+    dict(heads=2, root_weight="theta_r", attention_activation="softplus"),
+]
+
+
+def _id(cfg):
+    return "-".join(f"{k}={v}" for k, v in cfg.items())
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mask_matches_brute_force(cfg, seed):
+    layer, graph, x = make_case(seed, **cfg)
+    flow = theta_r_flow(layer, graph, x)
+    changed = brute_force_changed(layer, graph, x)
+    np.testing.assert_array_equal(flow.mask, ~changed)
+    _, cache = layer.forward(graph, x)
+    np.testing.assert_array_equal(flow.attention_mask, ~kernel_attention_changed(layer, cache))
+    if layer.root_weight == "theta_r":
+        assert not flow.mask.any() and flow.attention_mask.any()
+    else:
+        # not a vacuous check: both outcomes occur
+        assert flow.mask.any() and not flow.mask.all()
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_shared_weights_attention_mask(seed):
+    # with share_weights there is no b_r; check the attention path at the kernel level
+    layer, graph, x = make_case(seed, heads=2, share_weights=True)
+    _, cache = layer.forward(graph, x)
+    flow = theta_r_flow_from_cache(layer, cache)
+    np.testing.assert_array_equal(flow.attention_mask, ~kernel_attention_changed(layer, cache))
+
+
+@pytest.mark.parametrize("activation", ["leaky_relu", "softplus"])
+def test_pairwise_gradient_is_exactly_zero_on_mask(activation):
+    """The paper's pairwise form gives bitwise 0.0 exactly where the mask says so."""
+    layer, graph, x = make_case(5, n=30, heads=2, attention_activation=activation)
+    _, cache = layer.forward(graph, x)
+    flow = theta_r_flow_from_cache(layer, cache)
+    g = cache.graph
+    n, H, C = cache.xr.shape
+    grad = np.random.default_rng(0).standard_normal((n, H, C))
+    outs = [np.empty((g.nnz, H)), np.empty((g.nnz, H)), np.empty((n, H, C)), np.empty((n, H, C))]
+    gatv2_backward_target(g.indptr, g.indices, cache.xl, cache.xr, cache.params["att"],
+                          np.float64(layer.negative_slope), ACTIVATIONS[activation],
+                          np.zeros((0, H)), cache.alpha, grad, True, *outs)
+    p = outs[2]
+    assert np.all(p[flow.mask] == 0.0)
+    assert np.all(p[~flow.mask] != 0.0)
+
+
+def test_causes_on_hand_made_graph():
+    # rows: 0 empty, 1 <- {2}, 2 <- {0, 1, 3}, 3 <- {1, 1} (duplicate edge)
+    graph = naive.rows_graph([[], [2], [0, 1, 3], [1, 1]])
+    layer = GATv2Layer(2, 2, add_self_loops=False, dtype=np.float64, seed=0)
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 2.0]])
+    # channel 0: z = 10 + (1, 2, 3) at node 2, all > 0; channel 1: z = x_j^(0) - 0.5, mixed signs
+    layer.params["W_r"] = np.zeros((2, 2))
+    layer.params["W_l"] = np.array([[1.0, 2.0], [1.0, 0.0]])
+    layer.params["b_r"] = np.array([10.0, -0.5])
+    layer.params["b_l"] = np.zeros(2)
+    layer.params["att"] = np.array([[1.0, 1.0]])
+    flow = theta_r_flow(layer, graph, x)
+    code = {name: k + 1 for k, name in enumerate(CAUSES)}
+    assert flow.cause[0].tolist() == [[code["no_edges"]] * 2]
+    assert flow.cause[1].tolist() == [[code["single_edge"]] * 2]
+    # node 2: channel 0 all positive -> same regime; channel 1: z = 0.5, -0.5, -1.5 -> live
+    assert flow.cause[2].tolist() == [[code["same_regime"], 0]]
+    # node 3: two copies of the same edge -> equal z -> same regime in every channel
+    assert flow.cause[3].tolist() == [[code["same_regime"]] * 2]
+    np.testing.assert_array_equal(flow.fraction, [[1.0, 0.75]])
+    np.testing.assert_array_equal(flow.fractions["same_regime"], [[0.5, 0.25]])
+    assert flow.dead_fraction == pytest.approx(7 / 8)
+
+    # z == 0 counts as the negative regime, exactly as the kernels' ``z > 0`` test
+    layer.params["b_r"] = np.array([10.0, -1.0])  # channel 1: z = 0, -1, -2 at node 2
+    assert theta_r_flow(layer, graph, x).cause[2, 0, 1] == code["same_regime"]
+
+    # negative_slope == 1: LeakyReLU is the identity, every multi-edge row is dead
+    lin = GATv2Layer(2, 2, add_self_loops=False, negative_slope=1.0, dtype=np.float64, seed=0)
+    lin.params.update(dict(layer.params))
+    assert theta_r_flow(lin, graph, x).mask.all()
+
+    # softplus: distinct z values are live, the duplicate edge is not
+    soft = GATv2Layer(2, 2, add_self_loops=False, attention_activation="softplus",
+                      dtype=np.float64, seed=0)
+    soft.params.update(dict(layer.params))
+    sflow = theta_r_flow(soft, graph, x)
+    assert sflow.cause[2].tolist() == [[0, 0]]
+    assert sflow.cause[3].tolist() == [[code["same_regime"]] * 2]
+
+
+def test_zero_attention_channel_is_dead():
+    layer, graph, x = make_case(6, heads=2)
+    att = layer.params["att"].copy()
+    att[1, 2] = 0.0
+    layer.params["att"] = att
+    flow = theta_r_flow(layer, graph, x)
+    assert flow.mask[:, 1, 2].all()
+    assert flow.att_zero.tolist() == [[False] * 3, [False, False, True]]
+    assert (flow.cause[:, 1, 2] == 1 + CAUSES.index("zero_att")).any()
+    np.testing.assert_array_equal(flow.mask, ~brute_force_changed(layer, graph, x))
+
+
+def test_self_loops_count_as_edges():
+    # 0 -> 1 only: with loops node 1 has 2 edges (can be live), node 0 one (dead)
+    graph = naive.rows_graph([[], [0]])
+    x = np.array([[1.0, -2.0], [0.5, 3.0]])
+    layer = GATv2Layer(2, 4, dtype=np.float64, seed=3)
+    flow = theta_r_flow(layer, graph, x)
+    assert flow.in_degree.tolist() == [1, 2]
+    assert (flow.cause[0] == 1 + CAUSES.index("single_edge")).all()
+    no_loops = GATv2Layer(2, 4, add_self_loops=False, dtype=np.float64, seed=3)
+    flow = theta_r_flow(no_loops, graph, x)
+    assert flow.in_degree.tolist() == [0, 1]
+    assert (flow.cause[0] == 1 + CAUSES.index("no_edges")).all()
+
+
+def test_fractions_and_grad_norms():
+    layer, graph, x = make_case(7, heads=2, root_weight="theta_n")
+    rng = np.random.default_rng(1)
+    grad_out = rng.standard_normal((graph.num_nodes, layer.out_dim))
+    flow = theta_r_flow(layer, graph, x, grad_out=grad_out)
+    np.testing.assert_allclose(flow.fraction, flow.mask.mean(axis=0))
+    np.testing.assert_allclose(sum(flow.fractions.values()), flow.attention_mask.mean(axis=0))
+    _, cache = layer.forward(graph, x)
+    grads = layer.backward(cache, grad_out)
+    assert set(flow.grad_norms) == set(layer.params)
+    for k, v in flow.grad_norms.items():
+        assert v == pytest.approx(np.linalg.norm(grads[k]), rel=1e-12)
+    s = flow.summary()
+    assert s["dead_fraction"] == pytest.approx(flow.mask.mean())
+    assert s["grad_norm_W_n"] == flow.grad_norms["W_n"]
+
+
+def test_structural_zero_causes_float32_matches_kernel_rounding():
+    # z is formed in float32 as in the kernels; a tie in float32 is a tie in the diagnosis
+    indptr = np.array([0, 2], dtype=np.int64)
+    indices = np.array([0, 0], dtype=np.int64)
+    xl = np.array([[[1.0]]], dtype=np.float32)
+    xr = np.array([[[-1.0]]], dtype=np.float32)
+    att = np.ones((1, 1), dtype=np.float32)
+    cause = structural_zero_causes(indptr, indices, xl, xr, att, 0.2, "softplus")
+    assert cause[0, 0, 0] == 1 + CAUSES.index("same_regime")
+
+
+def test_bad_arguments():
+    layer, graph, x = make_case(8, heads=1)
+    with pytest.raises(TypeError, match="layer"):
+        theta_r_flow("not a layer", graph, x)
+    with pytest.raises(ValueError, match="grad_out or grads"):
+        theta_r_flow(layer, graph, x, grad_out=np.zeros((graph.num_nodes, 3)), grads={})
+    with pytest.raises(TypeError, match="cache"):
+        theta_r_flow_from_cache(layer, object())
+    with pytest.raises(ValueError, match="existing directory"):
+        ThetaRFlowRecorder("/nonexistent-dir-gatfast/x.csv")
+
+
+def test_recorder_writes_csv_and_plot(tmp_path):
+    layer, graph, x = make_case(9, heads=2)
+    rng = np.random.default_rng(2)
+    path = tmp_path / "flow.csv"
+    rec = ThetaRFlowRecorder(path)
+    for epoch in range(3):
+        _, cache = layer.forward(graph, x)
+        grads = layer.backward(cache, rng.standard_normal((graph.num_nodes, layer.out_dim)))
+        rec.record(epoch, layer, graph, x, grads)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert float(rows[0]["dead_fraction"]) == pytest.approx(theta_r_flow(layer, graph, x).dead_fraction)
+    assert {"grad_norm_W_r", "frac_same_regime"} <= set(rows[0])
+    assert os.listdir(tmp_path) == ["flow.csv"]  # no temp files left behind
+    pytest.importorskip("matplotlib")
+    rec.plot(tmp_path / "flow.png")
+    assert (tmp_path / "flow.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
