@@ -168,10 +168,12 @@ class GraphDataset:
 
     def _indices(self, indices):
         idx = np.asarray(indices)
+        if idx.size == 0:
+            raise ValueError("indices must hold at least one graph id, got none")
         if idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer):
             raise TypeError(f"indices must be an integer array, got dtype {idx.dtype}")
-        if idx.ndim != 1 or idx.size == 0:
-            raise ValueError(f"indices must be a non-empty 1-D array, got shape {idx.shape}")
+        if idx.ndim != 1:
+            raise ValueError(f"indices must be a 1-D array, got shape {idx.shape}")
         if idx.min() < 0 or idx.max() >= len(self):
             raise ValueError(f"indices must lie in [0, {len(self)}), got min {idx.min()} max {idx.max()}")
         return idx.astype(np.int64)
@@ -355,7 +357,7 @@ def _read_features(z, n, dtype):
     z.require(PLANETOID_X_KEYS, "Planetoid feature")
     shape = z.ints("x_shape", (2,), low=0)
     if shape[0] != n:
-        raise z.error("x_shape", f"must start with the number of nodes len(y) = {n}, got {shape.tolist()}")
+        raise z.error("x_shape", f"must start with the number of nodes {n}, got {shape.tolist()}")
     f = int(shape[1])
     indptr = z.ints("x_indptr", (n + 1,), low=0)
     if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
@@ -426,7 +428,10 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
     dtype = V.check_dtype(dtype)
     z = _Npz(path)
     z.require(PLANETOID_KEYS, "Planetoid")
-    y = z.ints("y", (None,), low=0)
+    # The node count comes from x_shape when the file has it, so a short y is
+    # reported as such rather than as an out-of-range edge.
+    n = int(z.ints("x_shape", (2,), low=0)[0]) if z.has("x_shape") else None
+    y = z.ints("y", (n,), low=0)
     n = y.size
     if n == 0:
         raise z.error("y", "must hold at least one node, got an empty array")
@@ -587,6 +592,7 @@ def write_planetoid_npz(path, dataset, source=""):
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez_compressed(fh, **arrays)
+        os.chmod(tmp, 0o644)  # mkstemp makes the file private (0600)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
