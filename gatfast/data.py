@@ -9,9 +9,10 @@ are always read with ``np.load(path, allow_pickle=False)``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -134,7 +135,6 @@ class GraphDataset:
     y: object
     num_classes: int
     task: str = "graph_classification"
-    _ptr: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self):
         V.check_choice(self.task, "task", GRAPH_TASKS)
@@ -266,14 +266,15 @@ def _symmetric_edge_index(pairs, num_nodes):
     return np.stack([keys // num_nodes, keys % num_nodes])
 
 
-def load_karate(dtype=np.float32):
+def load_karate(dtype=np.float32, normalize_features=False):
     """Zachary's karate club: 34 members, 78 friendships, two factions.
 
     Features are the identity (one-hot node ids, as PyG's ``KarateClub``);
     labels are the two factions after the club split (``"club"`` in
     networkx: 0 = Mr. Hi, 1 = Officer; 17 members each). It is a
     smoke-test dataset: all three masks cover every node, so a demo trains
-    and reports on all of them.
+    and reports on all of them. ``normalize_features`` is accepted for a
+    uniform interface; identity rows already sum to one.
 
     Returns
     -------
@@ -284,7 +285,7 @@ def load_karate(dtype=np.float32):
     n = len(KARATE_CLUB)
     graph = CSRGraph.from_edge_index(_symmetric_edge_index(KARATE_EDGES, n), n)
     everything = np.ones(n, dtype=bool)
-    return NodeDataset(
+    ds = NodeDataset(
         name="karate",
         graph=graph,
         x=np.eye(n, dtype=dtype),
@@ -295,6 +296,7 @@ def load_karate(dtype=np.float32):
         num_classes=2,
         task="node_classification",
     )
+    return _normalized(ds) if normalize_features else ds
 
 
 # ---------------------------------------------------------------------- npz reading
@@ -463,12 +465,14 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
     )
 
 
-def load_tu(path, dtype=np.float32):
+def load_tu(path, dtype=np.float32, normalize_features=False):
     """Load a TU Dortmund graph-classification dataset (``mutag.npz``).
 
     Node features are the one-hot ``node_labels`` (one column per label
     value ``0..node_labels.max()``); without ``node_labels`` every node gets
     a single constant feature 1. ``edge_labels`` are not used.
+    ``normalize_features`` row-normalises each graph's features as PyG's
+    ``NormalizeFeatures`` would (a no-op for one-hot rows).
 
     Returns
     -------
@@ -518,7 +522,7 @@ def load_tu(path, dtype=np.float32):
         local = ei[:, edge_ptr[g] : edge_ptr[g + 1]] - lo
         graphs.append(CSRGraph.from_edge_index(local, int(hi - lo)))
         xs.append(x_all[lo:hi].copy())
-    return GraphDataset(
+    ds = GraphDataset(
         name=Path(z.path).stem,
         graphs=graphs,
         xs=xs,
@@ -526,34 +530,62 @@ def load_tu(path, dtype=np.float32):
         num_classes=num_classes,
         task="graph_classification",
     )
+    return _normalized(ds) if normalize_features else ds
 
 
-def load_dataset(path_or_name, **kwargs):
+def _normalized(ds):
+    """A copy of ``ds`` with row-normalised features (per graph for GraphDataset)."""
+    if isinstance(ds, NodeDataset):
+        return dataclasses.replace(ds, x=row_normalize(ds.x))
+    return dataclasses.replace(ds, xs=[row_normalize(x) for x in ds.xs])
+
+
+def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwargs):
     """Load a dataset by name or path.
 
-    ``"karate"`` is the embedded karate club. Another bare name (``"cora"``,
-    ``"mutag"``) is looked up as ``DATA_DIR/<name>.npz``. A ``.npz`` file is
-    read as Planetoid when it has ``y`` and the masks, as TU when it has
-    ``graph_indicator``. ``kwargs`` go to the loader.
+    Parameters
+    ----------
+    path_or_name : str or path-like
+        ``"karate"``: the embedded karate club. ``"csbm"`` or
+        ``"traffic_scenes"``: the generator with its defaults and
+        ``seed=0`` (override through ``kwargs``). Another bare name
+        (``"cora"``, ``"mutag"``) is looked up as ``DATA_DIR/<name>.npz``.
+        A ``.npz`` file is read as Planetoid when it has ``y`` and the masks,
+        as TU when it has ``graph_indicator``.
+    dtype : numpy.float32 or numpy.float64, default float32
+    normalize_features : bool, default False
+        Row-normalise the features as PyG's ``NormalizeFeatures``.
+    **kwargs
+        Passed to the loader or generator.
+
+    Returns
+    -------
+    NodeDataset or GraphDataset
     """
     if not isinstance(path_or_name, (str, os.PathLike)):
         raise TypeError(f"path_or_name must be a str or path, got {type(path_or_name).__name__}")
     text = os.fspath(path_or_name)
     if text == "karate":
-        return load_karate(**kwargs)
+        return load_karate(dtype=dtype, normalize_features=normalize_features, **kwargs)
+    if text in ("csbm", "traffic_scenes"):
+        make = make_csbm if text == "csbm" else make_traffic_scenes
+        ds = make(dtype=dtype, **{"seed": 0, **kwargs})
+        return _normalized(ds) if normalize_features else ds
     path = Path(text)
     if path.suffix != ".npz" and not path.exists():
         candidate = DATA_DIR / f"{text}.npz"
         if not candidate.is_file():
             raise ValueError(
-                f"path_or_name must be 'karate', a dataset name in {DATA_DIR} or a .npz path, got {text!r}"
+                "path_or_name must be 'karate', 'csbm', 'traffic_scenes', a dataset name in "
+                f"{DATA_DIR} or a .npz path, got {text!r}"
             )
         path = candidate
     keys = set(_Npz(path).arrays)
+    opts = dict(dtype=dtype, normalize_features=normalize_features, **kwargs)
     if set(PLANETOID_KEYS) <= keys:
-        return load_planetoid(path, **kwargs)
+        return load_planetoid(path, **opts)
     if "graph_indicator" in keys:
-        return load_tu(path, **kwargs)
+        return load_tu(path, **opts)
     raise ValueError(
         f"{path}: unknown dataset format; expected Planetoid keys {list(PLANETOID_KEYS)} "
         f"(+ {list(PLANETOID_X_KEYS)}) or TU keys {list(TU_KEYS)}, found {sorted(keys)}"

@@ -308,6 +308,25 @@ def test_load_dataset_dispatch():
     assert isinstance(load_dataset(str(CORA), dtype=np.float64), NodeDataset)
     if (DATA_DIR / "mutag.npz").is_file():
         assert len(load_dataset("mutag")) == 188
+    csbm = load_dataset("csbm", num_nodes=100)
+    assert csbm.num_nodes == 100 and csbm.graph == make_csbm(num_nodes=100, seed=0).graph
+    traffic = load_dataset("traffic_scenes", num_graphs=7, seed=2, dtype=np.float64)
+    assert len(traffic) == 7 and traffic.xs[0].dtype == np.float64
+
+
+def test_load_dataset_common_options():
+    # train() and the CLI pass dtype and normalize_features to every kind of dataset.
+    for name in ("karate", MUTAG, CORA):
+        ds = load_dataset(name, dtype=np.float64, normalize_features=True)
+        xs = [ds.x] if isinstance(ds, NodeDataset) else ds.xs
+        for x in xs:
+            assert x.dtype == np.float64
+            np.testing.assert_allclose(np.asarray(x.sum(axis=1)).ravel(), 1.0, rtol=1e-12)
+    traffic = load_dataset("traffic_scenes", num_graphs=5, normalize_features=True)
+    raw = load_dataset("traffic_scenes", num_graphs=5)
+    np.testing.assert_allclose(traffic.xs[3], row_normalize(raw.xs[3]))
+    assert not np.allclose(traffic.xs[3], raw.xs[3])
+    assert traffic.xs[3].dtype == np.float32
     with pytest.raises(TypeError, match="path_or_name"):
         load_dataset(3)
 
