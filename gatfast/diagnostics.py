@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _validate as V
 from .layer import GATv2Layer, LayerCache
 
 __all__ = [
@@ -96,8 +97,9 @@ class ThetaRFlow:
         return float(self.mask.mean()) if self.mask.size else 0.0
 
     def summary(self):
-        """Scalars for logging: dead fraction overall and per cause, grad norms."""
+        """Scalars for logging: dead fraction (Θ_R and attention path), per cause, grad norms."""
         out = {"dead_fraction": self.dead_fraction}
+        out["attention_dead_fraction"] = float(self.attention_mask.mean()) if self.attention_mask.size else 0.0
         n = max(self.cause.size, 1)
         for k, name in enumerate(CAUSES):
             out[f"frac_{name}"] = float(np.count_nonzero(self.cause == k + 1)) / n
@@ -261,7 +263,7 @@ def theta_r_flow(layer, graph, x, grad_out=None, grads=None):
     return theta_r_flow_from_cache(layer, cache, grads)
 
 
-def theta_r_flow_network(model, graph, x, grads=None):
+def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None):
     """:func:`theta_r_flow` for every layer of a network.
 
     Parameters
@@ -271,16 +273,24 @@ def theta_r_flow_network(model, graph, x, grads=None):
         per-layer :class:`LayerCache` objects (see :func:`_layer_caches`).
     graph : CSRGraph or scipy.sparse matrix
     x : ndarray or scipy.sparse matrix
-    grads : list of dict or dict of dict, optional
-        Per-layer gradients (as returned by the model's backward); only used
-        for the norms.
+    grads : dict or list of dict, optional
+        The model's gradients (``GATv2Network.backward``: keys
+        ``"layers.<l>.<name>"``) or one dict per layer; only used for the norms.
+    graph_ptr : ndarray, optional
+        For models with a readout; defaults to one graph holding every node
+        (the layers do not depend on it).
 
     Returns
     -------
     list of ThetaRFlow
         One per attention layer, in order.
     """
-    _, cache = model.forward(graph, x, training=False)
+    _attention_layers(model)  # fail early with a clear message
+    if graph_ptr is None and getattr(model, "readout", None) is not None:
+        # the readout only pools the last layer; pooling per graph is irrelevant to the layers
+        graph_ptr = np.array([0, V.as_graph(graph).num_nodes], dtype=np.int64)
+    kwargs = {} if graph_ptr is None else {"graph_ptr": graph_ptr}
+    _, cache = model.forward(graph, x, training=False, **kwargs)
     return flows_from_model_cache(model, cache, grads)
 
 
@@ -319,7 +329,11 @@ class ThetaRFlowRecorder:
     >>> rec.plot("run/theta_r_flow.png")                       # doctest: +SKIP
     """
 
-    BASE_COLUMNS = ["epoch", "layer", "dead_fraction"] + [f"frac_{c}" for c in CAUSES]
+    BASE_COLUMNS = ["epoch", "layer", "dead_fraction", "attention_dead_fraction"] + [
+        f"frac_{c}" for c in CAUSES
+    ]
+    #: Parameters whose gradient norm is plotted (all of them are in the CSV).
+    PLOT_GRADS = ("W_r", "W_l", "att", "W_n")
 
     def __init__(self, path_csv):
         self.path_csv = os.fspath(path_csv)
@@ -327,6 +341,32 @@ class ThetaRFlowRecorder:
         if not os.path.isdir(directory):
             raise ValueError(f"path_csv must be in an existing directory, got {self.path_csv!r}")
         self.rows = []
+
+    @property
+    def path(self):
+        """The CSV path (same as ``path_csv``)."""
+        return self.path_csv
+
+    def fit_callback(self, dataset=None):
+        """A ``callback(epoch, model, grads, row)`` for :func:`gatfast.train.fit`.
+
+        Graph datasets: ``fit`` passes the epoch's first training batch in
+        ``row["graph"]``/``row["x"]``. Node datasets: pass ``dataset``; its
+        whole graph is diagnosed. Note that ``fit`` calls back after the
+        optimizer step, so the mask describes the updated parameters while
+        the norms are those of the step's gradients.
+        """
+
+        def callback(epoch, model, grads, row):
+            if "graph" in row:
+                graph, x = row["graph"], row["x"]
+            elif dataset is not None:
+                graph, x = dataset.graph, dataset.x
+            else:
+                raise ValueError("pass the NodeDataset to fit_callback(dataset) for node-level training")
+            self.record(epoch, model, graph, x, grads)
+
+        return callback
 
     def record(self, epoch, model, graph, x, grads=None):
         """Diagnose ``model`` on ``(graph, x)`` and append the rows for ``epoch``.
@@ -385,7 +425,7 @@ class ThetaRFlowRecorder:
             ep = [r["epoch"] for r in rows]
             ax0.plot(ep, [r["dead_fraction"] for r in rows], label=f"layer {k}")
             for key in rows[0]:
-                if key.startswith("grad_norm_"):
+                if key.startswith("grad_norm_") and key[len("grad_norm_"):] in self.PLOT_GRADS:
                     ax1.plot(ep, [max(r.get(key, np.nan), 1e-30) for r in rows],
                              label=f"layer {k} {key[len('grad_norm_'):]}")
         ax0.set_xlabel("epoch")
@@ -426,9 +466,12 @@ def _attention_layers(model):
 def _layer_caches(cache, count):
     """The LayerCache objects inside a model's forward cache, in order.
 
-    Accepts the cache itself as a list/tuple, or an object/dict with a
-    ``layers`` (or ``layer_caches``) entry; any LayerCache found is used.
+    ``GATv2Network``'s cache has them in ``layer_caches``; other containers
+    (a list, a dict or object with ``layers``/``layer_caches``) are searched.
     """
+    direct = getattr(cache, "layer_caches", None)
+    if isinstance(direct, list) and len(direct) == count and all(isinstance(c, LayerCache) for c in direct):
+        return direct
     found = []
 
     def walk(obj, depth=0):
@@ -465,17 +508,27 @@ def _layer_caches(cache, count):
 
 
 def _per_layer_grads(grads, count):
+    """Split gradients into one dict per layer.
+
+    Accepts a list of per-layer dicts, or the flat dict of
+    ``GATv2Network.backward`` (keys ``"layers.<l>.<name>"``; other keys such
+    as ``"x"`` or ``"head.weight"`` are ignored).
+    """
     if grads is None:
         return [None] * count
-    if isinstance(grads, dict) and all(isinstance(v, dict) for v in grads.values()):
-        grads = list(grads.values())
-    if isinstance(grads, (list, tuple)):
-        dicts = [g for g in grads if isinstance(g, dict)]
-        if len(dicts) == count:
-            return dicts
+    if isinstance(grads, dict):
+        per = [{} for _ in range(count)]
+        for key, value in grads.items():
+            parts = key.split(".")
+            if len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and int(parts[1]) < count:
+                per[int(parts[1])][parts[2]] = value
+        if all(per):
+            return per
+    elif isinstance(grads, (list, tuple)) and len(grads) == count and all(isinstance(g, dict) for g in grads):
+        return list(grads)
     raise ValueError(
-        f"grads must be a list with one gradient dict per attention layer ({count}), "
-        f"got {type(grads).__name__}"
+        f"grads must be the model's gradient dict (keys 'layers.<l>.<name>') or a list of one "
+        f"dict per attention layer ({count}), got {type(grads).__name__}"
     )
 
 

@@ -278,3 +278,27 @@ def test_recorder_writes_csv_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     rec.plot(tmp_path / "flow.png")
     assert (tmp_path / "flow.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_network_flows_match_per_layer_brute_force():
+    model_mod = pytest.importorskip("gatfast.model")
+    from gatfast.diagnostics import theta_r_flow_network
+
+    rng = np.random.default_rng(11)
+    graph = naive.random_graph(rng, 25, 3, empty_rows=2)
+    x = rng.standard_normal((25, 4))
+    model = model_mod.GATv2Network(4, 3, 2, num_layers=2, heads=2, dropout=0.0, attention_dropout=0.0,
+                                   dtype=np.float64, seed=3)
+    for layer in model.layers:
+        naive.randomize_params(layer, rng, scale=0.7)
+    out, cache = model.forward(graph, x)
+    grads = model.backward(cache, rng.standard_normal(out.shape))
+    flows = theta_r_flow_network(model, graph, x, grads)
+    assert len(flows) == 2
+    for l, (layer, flow) in enumerate(zip(model.layers, flows)):
+        h = cache.layer_caches[l].x  # the layer's own input
+        np.testing.assert_array_equal(flow.mask, theta_r_flow(layer, graph, h).mask)
+        np.testing.assert_array_equal(flow.mask, ~brute_force_changed(layer, graph, h))
+        assert flow.grad_norms["W_r"] == pytest.approx(np.linalg.norm(grads[f"layers.{l}.W_r"]))
+    with pytest.raises(ValueError, match="grads"):
+        theta_r_flow_network(model, graph, x, [{}])
