@@ -146,7 +146,8 @@ class CSRGraph:
             raise TypeError(f"A must be a scipy.sparse matrix or array, got {type(A).__name__}")
         if A.ndim != 2 or A.shape[0] != A.shape[1]:
             raise ValueError(f"A must be square (num_nodes, num_nodes), got shape {A.shape}")
-        csr = sp.csr_array(A)
+        # copy: sum_duplicates/eliminate_zeros work in place on shared arrays
+        csr = sp.csr_array(A, copy=True)
         csr.sum_duplicates()
         csr.eliminate_zeros()
         return cls(csr.indptr, csr.indices, A.shape[0])

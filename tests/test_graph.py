@@ -97,11 +97,6 @@ def test_from_scipy_drops_explicit_zeros():
     np.testing.assert_array_equal(g.to_scipy().toarray(), [[0, 1, 0], [1, 0, 0], [0, 0, 0]])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: CSRGraph.from_scipy shares the caller's csr arrays, then sum_duplicates/"
-    "eliminate_zeros edit them in place (gatfast/graph.py, from_scipy: needs copy=True)",
-)
 @pytest.mark.parametrize("indices", [[0, 1, 2], [2, 0, 1]], ids=["sorted", "unsorted"])
 def test_from_scipy_does_not_modify_its_input(indices):
     # an explicit zero (and unsorted columns) make scipy canonicalise the arrays
