@@ -1,0 +1,115 @@
+"""Results are the same bits for any Numba thread count."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+
+from gatfast import CSRGraph, GATv2Layer
+
+N_NODES = 3000
+N_EDGES = 30000
+
+needs_two_threads = pytest.mark.skipif(
+    numba.config.NUMBA_NUM_THREADS < 2, reason="Numba was started with fewer than 2 threads"
+)
+
+
+def big_graph(seed=0):
+    """~30000 random edges (duplicates and loops included) plus a few hubs of 200 in-edges."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, N_NODES, N_EDGES)
+    dst = rng.integers(0, N_NODES, N_EDGES)
+    hubs = np.repeat(rng.choice(N_NODES, 5, replace=False), 200)
+    src = np.concatenate([src, rng.integers(0, N_NODES, hubs.size)])
+    dst = np.concatenate([dst, hubs])
+    return CSRGraph.from_edge_index(np.stack([src, dst]), N_NODES)
+
+
+def run(layer, graph, x, grad_out, training):
+    out, cache = layer.forward(graph, x, training=training, rng=np.random.default_rng(1))
+    result = {"out": out, "alpha": cache.alpha}
+    for theta_r in ("linear", "pairwise"):
+        for name, grad in layer.backward(cache, grad_out, theta_r=theta_r).items():
+            result[f"{theta_r}/{name}"] = grad
+    return result
+
+
+@pytest.fixture
+def restore_threads():
+    before = numba.get_num_threads()
+    yield
+    numba.set_num_threads(before)
+
+
+@needs_two_threads
+@pytest.mark.parametrize(
+    "dtype, kw",
+    [
+        (np.float32, dict(heads=3, concat=True)),
+        (np.float64, dict(heads=2, concat=False, residual=True, dropout=0.2)),
+        (np.float32, dict(heads=2, attention_activation="softplus", root_weight="theta_r")),
+    ],
+)
+def test_same_bits_for_one_and_two_threads(restore_threads, dtype, kw):
+    graph = big_graph()
+    rng = np.random.default_rng(2)
+    layer = GATv2Layer(8, 4, dtype=dtype, seed=3, **kw)
+    x = rng.standard_normal((N_NODES, 8)).astype(dtype)
+    grad_out = rng.standard_normal((N_NODES, layer.out_dim)).astype(dtype)
+    training = layer.dropout > 0
+    results = {}
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        assert numba.get_num_threads() == threads
+        results[threads] = run(layer, graph, x, grad_out, training)
+    one, two = results[1], results[2]
+    assert set(one) == set(two)
+    for name in one:
+        a, b = one[name], two[name]
+        if a is None:
+            assert b is None
+            continue
+        assert a.dtype == b.dtype == dtype, name
+        assert a.tobytes() == b.tobytes(), f"{name} differs between 1 and 2 threads"
+    assert np.abs(one["linear/att"]).max() > 0  # the gradients are not trivially zero
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import numba
+    sys.path.insert(0, {tests!r})
+    from test_determinism import GATv2Layer, big_graph, run, N_NODES
+
+    assert numba.get_num_threads() == int(sys.argv[2])
+    graph = big_graph(seed=5)
+    rng = np.random.default_rng(6)
+    layer = GATv2Layer(6, 4, heads=2, dtype=np.float64, seed=7)
+    x = rng.standard_normal((N_NODES, 6))
+    grad_out = rng.standard_normal((N_NODES, layer.out_dim))
+    np.savez(sys.argv[1], **run(layer, graph, x, grad_out, False))
+    """
+)
+
+
+@needs_two_threads
+def test_same_bits_across_processes(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT.format(tests=os.path.dirname(__file__)))
+    saved = {}
+    for threads in (1, 2):
+        env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
+        path = tmp_path / f"threads{threads}.npz"
+        subprocess.run(
+            [sys.executable, str(script), str(path), str(threads)], env=env, check=True, timeout=300
+        )
+        saved[threads] = dict(np.load(path))
+    assert set(saved[1]) == set(saved[2]) and len(saved[1]) > 10
+    for name, a in saved[1].items():
+        assert a.tobytes() == saved[2][name].tobytes(), name
