@@ -266,3 +266,14 @@ def test_sparse_features_match_dense(cfg):
     for name in layer.params:
         assert gs[name].shape == gd[name].shape
         assert naive.rel_err(gs[name], gd[name]) < EXACT_TOL, name
+
+    # a non-canonical COO (entries split in two duplicates, unsorted) means the same matrix
+    coo = sp.coo_array(dense)
+    halves = np.concatenate([coo.data / 2, coo.data / 2])
+    rows, cols = np.tile(coo.row, 2)[::-1], np.tile(coo.col, 2)[::-1]
+    x_dup = sp.coo_array((halves[::-1], (rows, cols)), shape=dense.shape)
+    out_c, cache_c = layer.forward(graph, x_dup)
+    assert naive.rel_err(out_c, out_d) < EXACT_TOL
+    gc = layer.backward(cache_c, R)
+    for name in layer.params:
+        assert naive.rel_err(gc[name], gd[name]) < EXACT_TOL, name

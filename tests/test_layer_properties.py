@@ -175,5 +175,8 @@ def test_edge_order_within_rows_does_not_matter(graph, cfg, seed):
     R = rng.standard_normal(out_a.shape)
     ga = layer.backward(cache_a, R)
     gb = layer.backward(cache_b, R)
+    # Absolute scale: a gradient that is zero in exact arithmetic (e.g. the Θ_R term of a row
+    # whose edges share one LeakyReLU regime) is pure rounding in both orders.
+    scale = max(np.abs(g).max(initial=0.0) for g in ga.values())
     for name in ga:
-        assert naive.rel_err(ga[name], gb[name]) < 1e-10, name
+        np.testing.assert_allclose(gb[name], ga[name], rtol=1e-10, atol=1e-12 * scale, err_msg=name)

@@ -291,9 +291,9 @@ def test_successful_calls_modify_no_input(graph, sparse, cfg):
     naive.randomize_params(layer, rng)
     params_before = layer.params.copy_arrays()
     dense = rng.standard_normal((4, 3)) * (rng.random((4, 3)) < 0.6)
-    # an explicit zero and unsorted columns in the sparse input
+    # an explicit zero, unsorted columns and a duplicate entry in the sparse input
     x = sp.csr_array(
-        (np.array([0.0, 1.5, -2.0]), np.array([2, 0, 1]), np.array([0, 3, 3, 3, 3])), shape=(4, 3)
+        (np.array([0.0, 1.5, -2.0, 1.0]), np.array([2, 0, 1, 0]), np.array([0, 4, 4, 4, 4])), shape=(4, 3)
     )
     if not sparse:
         x = dense
