@@ -3,6 +3,7 @@
 import naive
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -180,3 +181,31 @@ def test_edge_order_within_rows_does_not_matter(graph, cfg, seed):
     scale = max(np.abs(g).max(initial=0.0) for g in ga.values())
     for name in ga:
         np.testing.assert_allclose(gb[name], ga[name], rtol=1e-10, atol=1e-12 * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cfg", [dict(), dict(add_self_loops=False, concat=False, residual=True)])
+def test_graph_without_nodes(dtype, cfg):
+    layer = GATv2Layer(3, 2, heads=2, dtype=dtype, seed=0, **cfg)
+    graph = CSRGraph([0], [])
+    x = np.zeros((0, 3), dtype=dtype)
+    out, cache = layer.forward(graph, x)
+    grads = layer.backward(cache, np.zeros((0, layer.out_dim), dtype=dtype))
+    check_outputs(layer, graph, x, out, cache, grads)
+    for name in layer.params:
+        np.testing.assert_array_equal(grads[name], 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sparse_features_keep_the_layer_dtype(dtype):
+    rng = np.random.default_rng(0)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(5, 3, heads=2, dtype=dtype, seed=0, residual=True, root_weight="theta_n")
+    # float64 sparse input into either layer: converted, never upcasting the results
+    x = sp.random_array((graph.num_nodes, 5), density=0.4, format="csr", rng=rng, dtype=np.float64)
+    out, cache = layer.forward(graph, x)
+    grads = layer.backward(cache, np.ones_like(out))
+    assert out.dtype == dtype and cache.alpha.dtype == dtype
+    assert grads.pop("x") is None
+    for name, grad in grads.items():
+        assert grad.dtype == dtype and grad.shape == layer.params[name].shape, name
