@@ -538,14 +538,22 @@ def _fmt(v):
     return v
 
 
+def _umask_mode():
+    """Permissions of a normal new file (mkstemp makes 0600 files)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write_text(path, write):
     """Write a text file atomically: ``write(f)`` fills a temp file in the same directory."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
-        with os.fdopen(fd, "w", newline="") as f:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
             write(f)
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -562,6 +570,7 @@ def save_figure(fig, path):
     os.close(fd)
     try:
         fig.savefig(tmp, format=fmt, dpi=120)
+        os.chmod(tmp, _umask_mode())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

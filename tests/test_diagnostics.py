@@ -302,3 +302,25 @@ def test_network_flows_match_per_layer_brute_force():
         assert flow.grad_norms["W_r"] == pytest.approx(np.linalg.norm(grads[f"layers.{l}.W_r"]))
     with pytest.raises(ValueError, match="grads"):
         theta_r_flow_network(model, graph, x, [{}])
+
+
+def test_pitfall_experiment_quick(tmp_path):
+    """Smoke test of the experiment: files, one row per run, definitions applied as documented."""
+    experiments = pytest.importorskip("gatfast.experiments")
+    res = experiments.run_pitfall(seeds=2, quick=True, out_dir=tmp_path, variants=["GATv2", "theta_r"],
+                                  archs=["1 layer"], quiet=True)
+    assert len(res.runs) == 4 and len(res.table) == 2
+    for r in res.runs:
+        assert r["fails_to_learn"] == (not r["val_mse"] < experiments.FAIL_FRACTION * r["baseline_mean_mse"])
+        assert r["no_gain_over_linear"] == (not r["val_mse"] < r["baseline_linear_mse"])
+        assert 0.0 <= r["dead_theta_r_mean"] <= 1.0
+    theta_r = [r for r in res.runs if r["variant"] == "theta_r"]
+    gatv2 = [r for r in res.runs if r["variant"] == "GATv2"]
+    assert all(r["dead_theta_r_mean"] == 0.0 for r in theta_r)
+    assert all(r["dead_theta_r_mean"] > 0.5 for r in gatv2)  # most scene nodes have <= 1 neighbour
+    with open(res.files["runs"], newline="") as f:
+        assert len(list(csv.DictReader(f))) == 4
+    assert "| 1 layer | theta_r |" in (tmp_path / "summary.md").read_text()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+    with pytest.raises(ValueError, match="variants"):
+        experiments.run_pitfall(seeds=1, quick=True, out_dir=tmp_path, variants=["nope"], quiet=True)
