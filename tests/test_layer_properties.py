@@ -209,3 +209,46 @@ def test_sparse_features_keep_the_layer_dtype(dtype):
     assert grads.pop("x") is None
     for name, grad in grads.items():
         assert grad.dtype == dtype and grad.shape == layer.params[name].shape, name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "cfg", [dict(heads=3), dict(heads=2, concat=False, share_weights=True, residual=True, dropout=0.3)]
+)
+def test_returned_arrays_are_never_overwritten(dtype, cfg):
+    # Outputs, caches and gradients handed out earlier stay valid while the layer keeps
+    # working (a training loop holds the previous step's cache during the next forward).
+    rng = np.random.default_rng(0)
+    graph = naive.random_graph(rng, 40, 6, empty_rows=2)
+    layer = GATv2Layer(5, 3, dtype=dtype, seed=1, **cfg)
+    x1, x2 = (rng.standard_normal((40, 5)).astype(dtype) for _ in range(2))
+    R1, R2 = (rng.standard_normal((40, layer.out_dim)).astype(dtype) for _ in range(2))
+
+    def snapshot_of(out, cache, grads):
+        arrays = {"out": out, "alpha": cache.alpha, "xl": cache.xl, "xr": cache.xr, "scale": cache.edge_scale}
+        arrays.update({f"grad/{k}": v for k, v in grads.items() if v is not None})
+        return {k: v.copy() for k, v in arrays.items()}, arrays
+
+    out1, cache1 = layer.forward(graph, x1, training=True, rng=np.random.default_rng(5))
+    grads1 = layer.backward(cache1, R1)
+    want, held = snapshot_of(out1, cache1, grads1)
+    # only a view of one output and the alpha of another cache are kept
+    view = layer.forward(graph, x1)[0][:, :2]
+    view_copy = view.copy()
+    alpha_only = layer.forward(graph, x1, training=True, rng=np.random.default_rng(6))[1].alpha
+    alpha_copy = alpha_only.copy()
+
+    for _ in range(3):
+        out2, cache2 = layer.forward(graph, x2, training=True, rng=np.random.default_rng(7))
+        layer.backward(cache2, R2, theta_r="pairwise")
+        del out2, cache2
+
+    for name, arr in held.items():
+        np.testing.assert_array_equal(arr, want[name], err_msg=name)
+    np.testing.assert_array_equal(view, view_copy)
+    np.testing.assert_array_equal(alpha_only, alpha_copy)
+    # and the old cache still gives the same gradients
+    again = layer.backward(cache1, R1)
+    for name, grad in grads1.items():
+        if grad is not None:
+            np.testing.assert_array_equal(again[name], want[f"grad/{name}"], err_msg=name)
