@@ -223,7 +223,8 @@ def apply_dropout(x, p, rng):
     Returns
     -------
     y : ndarray or scipy.sparse.csr_array
-        ``x * mask`` (``x`` itself, unchanged, when ``p == 0``).
+        ``x * mask``. With ``p == 0``: ``x`` itself for dense input, its
+        CSR form for sparse input (never a modified copy).
     mask : ndarray
         Multipliers ``keep / (1 - p)``: the shape of ``x`` for dense input,
         ``(y.nnz,)`` over ``y.data`` for sparse input.
