@@ -1,6 +1,7 @@
 """Gradients of GATv2Layer against central finite differences and the numpy reference."""
 
 import naive
+import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -26,6 +27,17 @@ def finite_differences(layer, graph, x, R, training=False, mask_seed=0):
         out, _ = layer.forward(graph, xx, training=training, rng=rng)
         return float(np.sum(out * R))
 
+    # Hundreds of calls on a tiny graph: one thread avoids paying for a parallel launch
+    # each time (results do not depend on the thread count, see test_determinism.py).
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return _central_differences(layer, x, loss)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _central_differences(layer, x, loss):
     fd = {}
     for name in list(layer.params):
         base = layer.params[name].copy()
