@@ -9,6 +9,7 @@ import numba
 import numpy as np
 import pytest
 
+import gatfast
 from gatfast import CSRGraph, GATv2Layer
 
 N_NODES = 3000
@@ -88,6 +89,8 @@ SCRIPT = textwrap.dedent(
     from test_determinism import GATv2Layer, big_graph, run, N_NODES
 
     assert numba.get_num_threads() == int(sys.argv[2])
+    import gatfast
+    assert gatfast.__file__ == sys.argv[3], (gatfast.__file__, sys.argv[3])
     graph = big_graph(seed=5)
     rng = np.random.default_rng(6)
     layer = GATv2Layer(6, 4, heads=2, dtype=np.float64, seed=7)
@@ -102,12 +105,18 @@ SCRIPT = textwrap.dedent(
 def test_same_bits_across_processes(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT.format(tests=os.path.dirname(__file__)))
+    # the child imports the same gatfast as this process
+    path_entries = [os.path.dirname(os.path.dirname(gatfast.__file__))]
+    path_entries += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     saved = {}
     for threads in (1, 2):
-        env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
+        env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(path_entries))
         path = tmp_path / f"threads{threads}.npz"
         subprocess.run(
-            [sys.executable, str(script), str(path), str(threads)], env=env, check=True, timeout=300
+            [sys.executable, str(script), str(path), str(threads), gatfast.__file__],
+            env=env,
+            check=True,
+            timeout=300,
         )
         saved[threads] = dict(np.load(path))
     assert set(saved[1]) == set(saved[2]) and len(saved[1]) > 10
