@@ -1,9 +1,36 @@
 """gatfast: GATv2 graph attention networks on sparse graphs, on the CPU,
 with closed-form gradients in Numba kernels."""
 
+from . import data, diagnostics, nn
+from .checkpoint import load_checkpoint, save_checkpoint
+from .estimator import GATv2Classifier
 from .graph import CSRGraph, batch_graphs
 from .layer import GATv2Layer, LayerCache
+from .model import GATv2Network
+from .optim import SGD, Adam, AdamW, clip_grad_norm
+from .train import TrainResult, evaluate, fit, train
 
 __version__ = "0.1.0"
 
-__all__ = ["CSRGraph", "GATv2Layer", "LayerCache", "batch_graphs", "__version__"]
+__all__ = [
+    "CSRGraph",
+    "GATv2Layer",
+    "GATv2Network",
+    "GATv2Classifier",
+    "LayerCache",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "TrainResult",
+    "batch_graphs",
+    "clip_grad_norm",
+    "data",
+    "diagnostics",
+    "evaluate",
+    "fit",
+    "load_checkpoint",
+    "nn",
+    "save_checkpoint",
+    "train",
+    "__version__",
+]

@@ -1,0 +1,122 @@
+"""Pickle-free model checkpoints.
+
+A checkpoint is a ``.npz`` file (``numpy.savez``) with these entries:
+
+* ``format``: the string ``"gatfast-checkpoint"``;
+* ``version``: integer format version (currently 1);
+* ``config``: a JSON string ``{"model": <GATv2Network.get_config()>, "meta": {...}}``
+  where ``meta`` holds what is needed to use the model again (task,
+  number of classes, whether features were row-normalised, metrics...);
+* ``param/<name>``: one array per model parameter (``layers.0.W_l``, ...).
+
+It loads with ``numpy.load(path, allow_pickle=False)``. Files are written to
+a temporary file in the target directory and renamed over the destination,
+so a crash never leaves a half-written checkpoint or damages an old one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+FORMAT = "gatfast-checkpoint"
+VERSION = 1
+
+__all__ = ["save_checkpoint", "load_checkpoint", "atomic_write_bytes", "atomic_write_text"]
+
+
+def _atomic_write(path, write):
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path, data):
+    """Write ``data`` to ``path`` atomically (temporary file, then rename)."""
+    _atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write_text(path, text):
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def save_checkpoint(path, model, meta=None):
+    """Save ``model`` (a GATv2Network) and ``meta`` (a JSON-able dict) to ``path``.
+
+    Raises
+    ------
+    ValueError
+        If a parameter holds NaN or inf: a diverged model is never saved.
+    """
+    params = model.parameters()
+    for name, arr in params.items():
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"refusing to save a checkpoint: parameter {name!r} contains NaN or inf")
+    config = {"model": model.get_config(), "meta": dict(meta or {})}
+    arrays = {f"param/{k}": np.asarray(v) for k, v in params.items()}
+    arrays["format"] = np.array(FORMAT)
+    arrays["version"] = np.array(VERSION)
+    arrays["config"] = np.array(json.dumps(config, sort_keys=True))
+    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
+
+
+def load_checkpoint(path):
+    """Load a checkpoint written by :func:`save_checkpoint`.
+
+    Returns
+    -------
+    model : GATv2Network
+    meta : dict
+    """
+    from .model import GATv2Network
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    try:
+        z = np.load(path, allow_pickle=False)
+    except Exception as exc:  # zip errors, truncated files, pickled content
+        raise ValueError(f"{path} is not a gatfast checkpoint (.npz): {exc}") from exc
+    with z:
+        keys = set(z.files)
+        if "format" not in keys or str(z["format"]) != FORMAT:
+            raise ValueError(f"{path} is not a gatfast checkpoint: missing or wrong 'format' entry")
+        version = int(z["version"]) if "version" in keys else -1
+        if version != VERSION:
+            raise ValueError(f"{path}: checkpoint version {version} is not supported (expected {VERSION})")
+        try:
+            config = json.loads(str(z["config"]))
+            model_config = config["model"]
+            meta = config.get("meta", {})
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: checkpoint 'config' entry is malformed: {exc}") from exc
+        params = {k[len("param/") :]: z[k] for k in keys if k.startswith("param/")}
+    try:
+        model = GATv2Network(**model_config)
+    except TypeError as exc:
+        raise ValueError(f"{path}: checkpoint model configuration is incompatible: {exc}") from exc
+    expected = set(model.parameters())
+    if set(params) != expected:
+        missing = sorted(expected - set(params))
+        extra = sorted(set(params) - expected)
+        raise ValueError(
+            f"{path}: checkpoint parameters do not match its configuration "
+            f"(missing {missing}, unexpected {extra})"
+        )
+    model.load_parameters(params)
+    return model, meta
