@@ -69,7 +69,7 @@ def check_dense(value, name, shape, dtype):
         raise TypeError(f"{name} must be a numeric array, got dtype object")
     _check_float_kind(arr.dtype, name)
     if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
-        want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        want = str(tuple("*" if s is None else s for s in shape)).replace("'", "")
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{name} must be finite, but contains NaN or inf")

@@ -139,8 +139,9 @@ class CSRGraph:
         """Build from a square scipy.sparse matrix or array.
 
         ``A[i, j] != 0`` means node ``i`` aggregates from node ``j`` (the
-        edge ``j -> i``). Explicitly stored zeros are dropped; the column
-        order inside each row is kept as stored.
+        edge ``j -> i``). Rows come out canonical: columns sorted, duplicate
+        entries summed, and entries that are zero after summing dropped. The
+        input is not modified.
         """
         if not sp.issparse(A):
             raise TypeError(f"A must be a scipy.sparse matrix or array, got {type(A).__name__}")
