@@ -6,14 +6,23 @@ the math is in ``docs/MATH.md``.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.linalg import blas
 
 from . import _validate as V
 from .graph import CSRGraph
-from .kernels import ACTIVATIONS, gatv2_backward_source, gatv2_backward_target, gatv2_forward
+from .kernels import (
+    ACTIVATIONS,
+    csr_dense_matmul,
+    gatv2_backward_source,
+    gatv2_backward_target,
+    gatv2_forward,
+    num_att_blocks,
+)
 from .params import ParamDict
 
 __all__ = ["GATv2Layer", "LayerCache", "glorot"]
@@ -49,6 +58,54 @@ class LayerCache:
     alpha: np.ndarray
     edge_scale: np.ndarray
     params: dict
+
+
+class _Workspace:
+    """Big arrays kept between calls, so a training loop does not pay for
+    fresh memory (page faults and zeroing) at every step.
+
+    An array is handed out again only when nothing outside the workspace
+    refers to it any more (its CPython reference count: no caller still holds
+    it, a view of it or a cache containing it), so results already returned
+    are never overwritten. Two arrays per key, because a training loop still
+    holds the previous step's cache and output while the next forward runs.
+    Not meant for concurrent calls on one layer from several Python threads.
+    """
+
+    SLOTS = 2
+
+    def __init__(self):
+        self._arrays = {}
+        self._source_targets = None
+
+    def empty(self, key, shape, dtype):
+        """An uninitialised array of ``shape`` and ``dtype``, reused when free."""
+        shape = tuple(int(s) for s in shape)
+        dtype = np.dtype(dtype)
+        slots = self._arrays.setdefault(key, [])
+        for arr in slots:
+            # references: the list, the loop variable and getrefcount's argument
+            if sys.getrefcount(arr) == 3 and arr.shape == shape and arr.dtype == dtype:
+                return arr
+        arr = np.empty(shape, dtype)
+        if len(slots) >= self.SLOTS:
+            slots.pop(0)  # the oldest; whoever still holds it keeps it alive
+        slots.append(arr)
+        return arr
+
+    def source_targets(self, graph):
+        """Targets of the edges in the graph's source-major order, built once per graph."""
+        cached = self._source_targets
+        if cached is None or cached[0] is not graph:
+            _, src_edges = graph.source_order()
+            targets = graph.targets()[src_edges]
+            targets.flags.writeable = False
+            self._source_targets = cached = (graph, targets)
+        return cached[1]
+
+    def clear(self):
+        self._arrays.clear()
+        self._source_targets = None
 
 
 class GATv2Layer:
@@ -149,6 +206,20 @@ class GATv2Layer:
             shapes["bias"] = (self.out_dim,)
         self.params = ParamDict(shapes, self.dtype)
         self.reset_parameters()
+        self._workspace = _Workspace()
+
+    def clear_workspace(self):
+        """Free the arrays kept between calls for speed (they are rebuilt on the next call)."""
+        self._workspace.clear()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_workspace"] = None  # scratch memory is not part of the layer
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._workspace = _Workspace()
 
     # ------------------------------------------------------------------ setup
     @property
@@ -231,44 +302,47 @@ class GATv2Layer:
         self.params.check_finite()
         n, H, C = g.num_nodes, self.heads, self.out_features
         params = dict(self.params)
+        ws = self._workspace
+        dtype = self.dtype
 
+        # projections straight into their own contiguous buffers (no concatenation, no copies)
         W_l, b_l = self._weights("l")
+        xl = ws.empty("xl", (n, H, C), dtype)
+        _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
         if self.share_weights:
-            xl = _linear(x, W_l, b_l)
             xr = xl
         else:
             W_r, b_r = self._weights("r")
-            both = _linear(x, np.concatenate([W_l, W_r]), _cat(b_l, b_r, W_l.shape[0], self.dtype))
-            xl = np.ascontiguousarray(both[:, : H * C])
-            xr = np.ascontiguousarray(both[:, H * C :])
-        xl3 = xl.reshape(n, H, C)
-        xr3 = xr.reshape(n, H, C)
+            xr = ws.empty("xr", (n, H, C), dtype)
+            _linear_into(x, W_r, b_r, xr.reshape(n, H * C))
 
         if training and self.dropout > 0.0:
             gen = self._rng if rng is None else rng
-            keep = gen.random((g.nnz, H)) >= self.dropout
-            edge_scale = (keep / (1.0 - self.dropout)).astype(self.dtype)
+            draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
+            gen.random(out=draw)  # the same stream as gen.random((nnz, H))
+            edge_scale = ws.empty("edge_scale", (g.nnz, H), dtype)
+            np.multiply(draw >= self.dropout, dtype.type(1.0 / (1.0 - self.dropout)), out=edge_scale)
         else:
-            edge_scale = np.zeros((0, H), self.dtype)
+            edge_scale = np.zeros((0, H), dtype)
 
-        alpha = np.empty((g.nnz, H), self.dtype)
-        per_head = np.empty((n, H, C), self.dtype)
+        alpha = ws.empty("alpha", (g.nnz, H), dtype)
+        per_head = ws.empty("out", (n, H, C), dtype)
         gatv2_forward(
-            g.indptr, g.indices, xl3, xr3, params["att"], self.dtype.type(self.negative_slope),
+            g.indptr, g.indices, xl, xr, params["att"], dtype.type(self.negative_slope),
             ACTIVATIONS[self.attention_activation], edge_scale, alpha, per_head,
         )
         if self.root_weight == "theta_r":
-            per_head += xr3
+            per_head += xr
         elif self.root_weight == "theta_n":
             per_head += _linear(x, params["W_n"], params.get("b_n")).reshape(n, H, C)
 
+        # per_head belongs to this call: finish the output in place
         out = per_head.reshape(n, H * C) if self.concat else per_head.mean(axis=1)
         if self.residual:
-            out = out + _linear(x, params["W_res"], None)
+            out += _linear(x, params["W_res"], None)
         if self.bias:
-            out = out + params["bias"]
-        out = np.ascontiguousarray(out, dtype=self.dtype)
-        cache = LayerCache(g, x, xl3, xr3, alpha, edge_scale, params)
+            out += params["bias"]
+        cache = LayerCache(g, x, xl, xr, alpha, edge_scale, params)
         return out, cache
 
     __call__ = forward
@@ -299,97 +373,116 @@ class GATv2Layer:
         n, H, C = g.num_nodes, self.heads, self.out_features
         grad_out = V.check_dense(grad_out, "grad_out", (n, self.out_dim), self.dtype)
         params = cache.params
+        ws = self._workspace
+        dtype = self.dtype
         grads = {}
 
         if self.concat:
             g_heads = grad_out.reshape(n, H, C)
         else:
-            g_heads = np.ascontiguousarray(
-                np.broadcast_to((grad_out / self.dtype.type(H))[:, None, :], (n, H, C))
-            )
+            g_heads = ws.empty("g_heads", (n, H, C), dtype)
+            np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
         if self.bias:
             grads["bias"] = grad_out.sum(axis=0)
 
         kind = ACTIVATIONS[self.attention_activation]
-        slope = self.dtype.type(self.negative_slope)
-        upstream = np.empty((g.nnz, H), self.dtype)
-        delta = np.empty((g.nnz, H), self.dtype)
-        p_term = np.empty((n, H, C), self.dtype)
-        att_rows = np.empty((n, H, C), self.dtype)
+        slope = dtype.type(self.negative_slope)
+        upstream = ws.empty("upstream", (g.nnz, H), dtype)
+        delta = ws.empty("delta", (g.nnz, H), dtype)
+        p_term = ws.empty("p_term", (n, H, C), dtype)
+        att_part = ws.empty("att_part", (num_att_blocks(n), H, C), dtype)
         gatv2_backward_target(
             g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind,
             cache.edge_scale, cache.alpha, g_heads, theta_r == "pairwise",
-            upstream, delta, p_term, att_rows,
+            upstream, delta, p_term, att_part,
         )
         src_indptr, src_edges = g.source_order()
-        q_term = np.empty((n, H, C), self.dtype)
+        q_term = ws.empty("q_term", (n, H, C), dtype)
         gatv2_backward_source(
-            src_indptr, src_edges, g.targets(), cache.xl, cache.xr, params["att"], slope, kind,
+            src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind,
             cache.edge_scale, cache.alpha, delta, g_heads, q_term,
         )
-        grads["att"] = att_rows.sum(axis=0)
+        grads["att"] = att_part.sum(axis=0)
 
+        # p_term and q_term are this call's scratch: update them in place
         grad_xr = p_term.reshape(n, H * C)
         grad_xl = q_term.reshape(n, H * C)
         if self.root_weight == "theta_r":
-            grad_xr = grad_xr + g_heads.reshape(n, H * C)
+            grad_xr += g_heads.reshape(n, H * C)
 
         x = cache.x
+        x_t = x.T.tocsr() if sp.issparse(x) else None  # features by node, for the weight gradients
         if self.share_weights:
-            grad_lin = grad_xl + grad_xr
-            grads["W_l"] = _weight_grad(grad_lin, x)
+            grad_xl += grad_xr
+            grads["W_l"] = _weight_grad(grad_xl, x, x_t)
             if self.bias:
-                grads["b_l"] = grad_lin.sum(axis=0)
-            grad_x = _input_grad(grad_lin, params["W_l"], x)
+                grads["b_l"] = grad_xl.sum(axis=0)
+            grad_x = None
+            if x_t is None:
+                grad_x = ws.empty("grad_x", x.shape, dtype)
+                np.matmul(grad_xl, params["W_l"], out=grad_x)
         else:
-            stacked = np.concatenate([grad_xl, grad_xr], axis=1)
-            w_both = _weight_grad(stacked, x)
-            grads["W_l"] = np.ascontiguousarray(w_both[: H * C])
-            grads["W_r"] = np.ascontiguousarray(w_both[H * C :])
+            grads["W_l"] = _weight_grad(grad_xl, x, x_t)
+            grads["W_r"] = _weight_grad(grad_xr, x, x_t)
             if self.bias:
-                b_both = stacked.sum(axis=0)
-                grads["b_l"] = b_both[: H * C].copy()
-                grads["b_r"] = b_both[H * C :].copy()
-            grad_x = _input_grad(stacked, np.concatenate([params["W_l"], params["W_r"]]), x)
+                grads["b_l"] = grad_xl.sum(axis=0)
+                grads["b_r"] = grad_xr.sum(axis=0)
+            grad_x = None
+            if x_t is None:
+                grad_x = ws.empty("grad_x", x.shape, dtype)
+                np.matmul(grad_xl, params["W_l"], out=grad_x)
+                _matmul_add(grad_xr, params["W_r"], grad_x)
         if self.root_weight == "theta_n":
             gn = g_heads.reshape(n, H * C)
-            grads["W_n"] = _weight_grad(gn, x)
+            grads["W_n"] = _weight_grad(gn, x, x_t)
             if self.bias:
                 grads["b_n"] = gn.sum(axis=0)
             if grad_x is not None:
-                grad_x += gn @ params["W_n"]
+                _matmul_add(gn, params["W_n"], grad_x)
         if self.residual:
-            grads["W_res"] = _weight_grad(grad_out, x)
+            grads["W_res"] = _weight_grad(grad_out, x, x_t)
             if grad_x is not None:
-                grad_x += grad_out @ params["W_res"]
+                _matmul_add(grad_out, params["W_res"], grad_x)
         grads["x"] = grad_x
         return {k: grads[k] for k in list(self.params) + ["x"]}
 
 
-def _cat(b_l, b_r, size, dtype):
-    if b_l is None:
-        return None
-    return np.concatenate([b_l, b_r])
-
-
 def _linear(x, W, b):
-    """``x @ W.T + b`` for dense or sparse ``x``, in ``W``'s dtype."""
-    y = x @ W.T
-    y = np.ascontiguousarray(y, dtype=W.dtype)
+    """``x @ W.T + b`` for dense or sparse ``x``, in ``W``'s dtype (a new array)."""
+    out = np.empty((x.shape[0], W.shape[0]), W.dtype)
+    _linear_into(x, W, b, out)
+    return out
+
+
+def _linear_into(x, W, b, out):
+    """``out[...] = x @ W.T + b``: BLAS for dense ``x``, a parallel CSR kernel for sparse ``x``."""
+    if sp.issparse(x):
+        bias = np.zeros(0, W.dtype) if b is None else b
+        csr_dense_matmul(x.indptr, x.indices, x.data, np.ascontiguousarray(W.T), bias, out)
+        return out
+    np.matmul(x, W.T, out=out)
     if b is not None:
-        y += b
-    return y
+        out += b
+    return out
 
 
-def _weight_grad(grad, x):
-    """``grad.T @ x`` (out, F); the sparse case as ``(x.T @ grad).T``."""
-    if sp.issparse(x):
-        return np.ascontiguousarray((x.T @ grad).T, dtype=grad.dtype)
+def _matmul_add(a, b, c):
+    """``c += a @ b`` in place through BLAS gemm (beta = 1), with no temporary.
+
+    Row-major ``c`` is column-major ``c.T``, and ``c.T += b.T @ a.T``.
+    """
+    if c.size == 0 or a.shape[1] == 0:
+        return
+    gemm = blas.sgemm if c.dtype == np.float32 else blas.dgemm
+    res = gemm(1.0, b.T, a.T, beta=1.0, c=c.T, overwrite_c=True)
+    if not np.shares_memory(res, c):  # BLAS had to copy: write the result back
+        c[...] = res.T
+
+
+def _weight_grad(grad, x, x_t=None):
+    """``grad.T @ x`` (out, F); for sparse ``x`` as ``(x_t @ grad).T`` with ``x_t = x.T`` in CSR."""
+    if x_t is not None:
+        g = np.empty((x_t.shape[0], grad.shape[1]), grad.dtype)
+        csr_dense_matmul(x_t.indptr, x_t.indices, x_t.data, np.ascontiguousarray(grad), np.zeros(0, grad.dtype), g)
+        return np.ascontiguousarray(g.T)
     return grad.T @ x
-
-
-def _input_grad(grad, W, x):
-    """``grad @ W``, or None for sparse inputs (their gradient is never needed)."""
-    if sp.issparse(x):
-        return None
-    return grad @ W

@@ -5,14 +5,17 @@ dtype and int64 CSR arrays.
 """
 
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
-from .backward import gatv2_backward_source, gatv2_backward_target
+from .backward import gatv2_backward_source, gatv2_backward_target, num_att_blocks
 from .forward import gatv2_forward
+from .sparse import csr_dense_matmul
 
 __all__ = [
     "ACTIVATIONS",
     "LEAKY_RELU",
     "SOFTPLUS",
+    "csr_dense_matmul",
     "gatv2_backward_source",
     "gatv2_backward_target",
     "gatv2_forward",
+    "num_att_blocks",
 ]
