@@ -429,7 +429,7 @@ class ThetaRFlowRecorder:
                     ax1.plot(ep, [max(r.get(key, np.nan), 1e-30) for r in rows],
                              label=f"layer {k} {key[len('grad_norm_'):]}")
         ax0.set_xlabel("epoch")
-        ax0.set_ylabel("fraction of (node, head, channel) with dead Θ_R")
+        ax0.set_ylabel("dead Θ_R fraction (node, head, channel)")
         ax0.set_ylim(-0.02, 1.02)
         ax0.legend()
         ax1.set_xlabel("epoch")
