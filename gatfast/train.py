@@ -12,6 +12,7 @@ Two entry points:
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -30,6 +31,18 @@ __all__ = ["TrainingDiverged", "TrainResult", "fit", "train", "evaluate", "num_t
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 NODE_TASKS = ("node_classification", "node_regression")
+EVAL_BATCH_SIZE = 256  # graphs per evaluation batch, the same in fit() and evaluate()
+GENERATED = ("karate", "csbm", "traffic_scenes")  # names load_dataset builds without a file
+
+
+class _NonFiniteOutput(ValueError):
+    """The model's output holds NaN or inf (fit() reports it as TrainingDiverged)."""
+
+
+def _finite_output(out, where):
+    if not np.all(np.isfinite(out)):
+        raise _NonFiniteOutput(f"the model output {where} contains NaN or inf")
+    return out
 
 
 class TrainingDiverged(RuntimeError):
@@ -55,12 +68,18 @@ class TrainResult:
         ``epochs`` (epochs run), ``best_epoch`` and ``seconds``.
     history : list of dict
         One entry per epoch with the training loss and the metrics.
+    folds : list of dict
+        Per-fold metrics of k-fold cross-validation (empty otherwise).
+    splits : dict or None
+        Graph datasets: the graph ids of the ``train``, ``val`` and ``test``
+        splits (of the last fold with k-fold cross-validation).
     """
 
     model: GATv2Network
     metrics: dict
     history: list = field(default_factory=list)
     folds: list = field(default_factory=list)
+    splits: dict = None
 
 
 @contextmanager
@@ -99,6 +118,13 @@ def _check_finite_grads(grads, epoch):
             raise TrainingDiverged(epoch, f"the gradient of {name}")
 
 
+def _check_finite_params(params, epoch):
+    # a finite gradient times a huge learning rate can still overflow a parameter
+    for name, p in params.items():
+        if not np.all(np.isfinite(p)):
+            raise TrainingDiverged(epoch, f"parameter {name} after the update")
+
+
 def _node_targets(y):
     y = np.asarray(y)
     return y if y.ndim == 2 else y.reshape(-1, 1)
@@ -129,7 +155,7 @@ class _Progress:
 
 # ---------------------------------------------------------------------------- evaluation
 def _eval_nodes(model, ds):
-    logits = model.predict(ds.graph, ds.x)
+    logits = _finite_output(model.predict(ds.graph, ds.x), f"on dataset {ds.name!r}")
     metrics = {}
     for split in ("train", "val", "test"):
         mask = getattr(ds, f"{split}_mask")
@@ -153,6 +179,7 @@ def _eval_graphs(model, ds, indices, batch_size):
         idx = indices[start : start + batch_size]
         graph, x, graph_ptr, y = ds.batch(idx)
         out = model.predict(graph, x, graph_ptr if model.readout else None)
+        _finite_output(out, f"on dataset {ds.name!r}")
         if ds.task == "graph_classification":
             loss, _ = nn.softmax_cross_entropy(out, y)
             total_correct += int(np.sum(np.argmax(out, axis=1) == y))
@@ -169,11 +196,14 @@ def _eval_graphs(model, ds, indices, batch_size):
     return metrics
 
 
-def evaluate(model, dataset, splits=None, batch_size=64):
+def evaluate(model, dataset, splits=None, batch_size=EVAL_BATCH_SIZE):
     """Metrics of ``model`` on ``dataset`` (no training).
 
     For node datasets the dataset's masks are used; for graph datasets pass
-    ``splits = {"test": indices, ...}`` (default: all graphs as ``test``).
+    ``splits = {"test": indices, ...}`` (default: all graphs as ``test``;
+    ``TrainResult.splits`` and a checkpoint's ``meta["splits"]`` hold the
+    training run's splits). The default ``batch_size`` is the one
+    :func:`fit` evaluates with, so the metrics are the same to the bit.
     """
     _check_compatible(model, dataset)
     if isinstance(dataset, NodeDataset):
@@ -197,6 +227,11 @@ def _check_compatible(model, dataset):
     if dataset.num_classes and out_features != dataset.num_classes:
         raise ValueError(
             f"the model predicts {out_features} classes but dataset {dataset.name!r} has {dataset.num_classes}"
+        )
+    if not dataset.num_classes and out_features != _target_width(dataset):
+        raise ValueError(
+            f"the model predicts {out_features} targets per node but dataset {dataset.name!r} has "
+            f"{_target_width(dataset)}"
         )
     graph_level = dataset.task == "graph_classification"
     if graph_level != bool(model.readout):
@@ -259,8 +294,12 @@ def fit(
     quiet : bool
         No progress output.
     callback : callable, optional
-        ``callback(epoch, model, grads, row)`` after every epoch's update
-        (used for diagnostics).
+        ``callback(epoch, model, grads, row)`` once per epoch, after the
+        epoch's updates and evaluation (used for diagnostics). ``row`` is a
+        copy of the epoch's history entry plus ``"graph"`` and ``"x"``: the
+        whole graph (node datasets) or the epoch's first training batch
+        (graph datasets, with its ``"graph_ptr"``); ``grads`` are the
+        gradients of that step (of that batch).
 
     Returns
     -------
@@ -273,6 +312,8 @@ def fit(
         epoch); the model keeps its last finite parameters.
     """
     epochs = V.check_int(epochs, "epochs", 1)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
     if patience is not None:
         patience = V.check_int(patience, "patience", 1)
     V.check_choice(theta_r, "theta_r", {"linear", "pairwise"})
@@ -288,41 +329,36 @@ def fit(
     best_acc, best_loss, since = -math.inf, math.inf, 0
     graph_level = isinstance(dataset, GraphDataset)
     if graph_level:
-        splits = splits or _default_graph_splits(dataset, seed)
-        train_idx = np.asarray(splits["train"])
-        if len(train_idx) == 0:
-            raise ValueError("splits['train'] must contain at least one graph")
+        splits = _check_splits(dataset, splits if splits is not None else _default_graph_splits(dataset, seed))
+        train_idx = splits["train"]
 
     for epoch in range(1, epochs + 1):
         if graph_level:
-            loss = _graph_epoch(model, dataset, optimizer, train_idx, batch_size, rng, theta_r, clip_norm,
-                                epoch, callback)
-            metrics = {}
-            for split in ("train", "val", "test"):
-                if split in splits and len(splits[split]):
-                    for k, v in _eval_graphs(model, dataset, np.asarray(splits[split]), 256).items():
-                        metrics[f"{split}_{k}"] = v
-            if "val_loss" not in metrics:  # no validation split: select on training loss
-                metrics["val_loss"] = metrics["train_loss"]
+            loss, grads, first = _graph_epoch(model, dataset, optimizer, train_idx, batch_size, rng, theta_r,
+                                              clip_norm, epoch)
         else:
             loss, grads = _node_step(model, dataset, optimizer, rng, theta_r, clip_norm, epoch)
-            metrics = _eval_nodes(model, dataset)
-            if "val_loss" not in metrics:
-                metrics["val_loss"] = metrics["train_loss"]
-                if "train_accuracy" in metrics:
-                    metrics["val_accuracy"] = metrics["train_accuracy"]
+            first = {"graph": dataset.graph, "x": dataset.x}
+        _check_finite_params(params, epoch)
+        try:
+            metrics = _evaluate_splits(model, dataset, splits if graph_level else None)
+        except _NonFiniteOutput:
+            raise TrainingDiverged(epoch, "the model output after the update") from None
         row = {"epoch": epoch, "loss": loss, **metrics}
         history.append(row)
-        if callback is not None and not graph_level:
-            callback(epoch, model, grads, row)
-        if _better(dataset.task, metrics, best):
-            best, best_epoch = metrics, epoch
+        if callback is not None:
+            callback(epoch, model, grads, {**row, **first})
+        # Model selection and early stopping on the validation split, or on
+        # the training split when there is none (the history keeps true names).
+        sel = _selection_metrics(metrics)
+        if _better(dataset.task, sel, best):
+            best, best_epoch = sel, epoch
             best_params = {k: v.copy() for k, v in params.items()}
         improved = False
-        if metrics.get("val_accuracy", -math.inf) >= best_acc and "val_accuracy" in metrics:
-            best_acc, improved = metrics["val_accuracy"], True
-        if metrics["val_loss"] <= best_loss:
-            best_loss, improved = metrics["val_loss"], True
+        if "val_accuracy" in sel and sel["val_accuracy"] >= best_acc:
+            best_acc, improved = sel["val_accuracy"], True
+        if sel["val_loss"] <= best_loss:
+            best_loss, improved = sel["val_loss"], True
         since = 0 if improved else since + 1
         stop = patience is not None and since >= patience
         progress.epoch(epoch, stop or epoch == epochs, row)
@@ -331,17 +367,51 @@ def fit(
             break
 
     model.load_parameters(best_params)
-    if graph_level:
-        final = {}
-        for split in ("train", "val", "test"):
-            if split in splits and len(splits[split]):
-                for k, v in _eval_graphs(model, dataset, np.asarray(splits[split]), 256).items():
-                    final[f"{split}_{k}"] = v
-    else:
-        final = _eval_nodes(model, dataset)
-    final = _task_metrics(dataset.task, final)
+    final = _task_metrics(dataset.task, _evaluate_splits(model, dataset, splits if graph_level else None))
     final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
-    return TrainResult(model=model, metrics=final, history=history)
+    return TrainResult(model=model, metrics=final, history=history, splits=splits if graph_level else None)
+
+
+def _evaluate_splits(model, dataset, splits):
+    if splits is None:
+        return _eval_nodes(model, dataset)
+    metrics = {}
+    for split in ("train", "val", "test"):
+        if len(splits.get(split, ())):
+            for k, v in _eval_graphs(model, dataset, splits[split], EVAL_BATCH_SIZE).items():
+                metrics[f"{split}_{k}"] = v
+    return metrics
+
+
+def _selection_metrics(metrics):
+    """The ``val_*`` metrics, or the ``train_*`` ones renamed when there is no validation split."""
+    if "val_loss" in metrics:
+        return {k: v for k, v in metrics.items() if k.startswith("val_")}
+    return {"val" + k[len("train"):]: v for k, v in metrics.items() if k.startswith("train_")}
+
+
+def _check_splits(ds, splits):
+    """``splits`` as a dict of int64 arrays of valid graph ids, with a non-empty ``"train"``."""
+    if not isinstance(splits, dict):
+        raise TypeError(f"splits must be a dict of graph ids per split, got {type(splits).__name__}")
+    unknown = set(splits) - {"train", "val", "test"}
+    if unknown:
+        raise ValueError(f"splits keys must be 'train', 'val' and 'test', got {sorted(unknown)}")
+    out = {}
+    for name, idx in splits.items():
+        arr = np.asarray(idx)
+        if arr.size == 0:
+            out[name] = np.zeros(0, np.int64)
+            continue
+        if arr.ndim != 1 or arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"splits[{name!r}] must be a 1-D array of graph ids, got {arr.dtype} {arr.shape}")
+        if arr.min() < 0 or arr.max() >= len(ds.graphs):
+            raise ValueError(f"splits[{name!r}] must hold graph ids in [0, {len(ds.graphs)}), "
+                             f"got min {arr.min()} max {arr.max()}")
+        out[name] = arr.astype(np.int64)
+    if len(out.get("train", ())) == 0:
+        raise ValueError("splits['train'] must contain at least one graph")
+    return out
 
 
 def _task_metrics(task, metrics):
@@ -355,6 +425,8 @@ def _task_metrics(task, metrics):
 
 def _node_step(model, ds, optimizer, rng, theta_r, clip_norm, epoch):
     out, cache = model.forward(ds.graph, ds.x, training=True, rng=rng)
+    if not np.all(np.isfinite(out)):
+        raise TrainingDiverged(epoch, "the model output")
     if ds.task == "node_classification":
         loss, grad = nn.softmax_cross_entropy(out, ds.y, ds.train_mask)
     else:
@@ -369,13 +441,22 @@ def _node_step(model, ds, optimizer, rng, theta_r, clip_norm, epoch):
     return float(loss), grads
 
 
-def _graph_epoch(model, ds, optimizer, train_idx, batch_size, rng, theta_r, clip_norm, epoch, callback):
+def _graph_epoch(model, ds, optimizer, train_idx, batch_size, rng, theta_r, clip_norm, epoch):
+    """One pass over the shuffled training graphs.
+
+    Returns the epoch's mean training loss (weighted like the evaluation:
+    per graph, or per target entry for regression), the first batch's
+    gradients and that batch (for the callback).
+    """
     order = rng.permutation(train_idx)
     total, count = 0.0, 0
+    first_grads, first = None, None
     for start in range(0, len(order), batch_size):
         idx = np.sort(order[start : start + batch_size])
         graph, x, graph_ptr, y = ds.batch(idx)
         out, cache = model.forward(graph, x, graph_ptr if model.readout else None, training=True, rng=rng)
+        if not np.all(np.isfinite(out)):
+            raise TrainingDiverged(epoch, "the model output")
         if ds.task == "graph_classification":
             loss, grad = nn.softmax_cross_entropy(out, y)
         else:
@@ -387,11 +468,12 @@ def _graph_epoch(model, ds, optimizer, train_idx, batch_size, rng, theta_r, clip
         if clip_norm is not None:
             clip_grad_norm(grads, clip_norm)
         optimizer.step(grads)
-        if callback is not None and start == 0:
-            callback(epoch, model, grads, {"graph": graph, "x": x})
-        total += float(loss) * len(idx)
-        count += len(idx)
-    return total / count
+        if start == 0:
+            first_grads, first = grads, {"graph": graph, "x": x, "graph_ptr": graph_ptr}
+        n = len(idx) if ds.task == "graph_classification" else int(np.size(y))
+        total += float(loss) * n
+        count += n
+    return total / count, first_grads, first
 
 
 def _default_graph_splits(ds, seed, val_frac=0.1, test_frac=0.1):
@@ -526,9 +608,10 @@ def train(
     ['best_epoch', 'epochs', 'seconds']
     """
     if isinstance(dataset, (NodeDataset, GraphDataset)):
-        ds = dataset
+        ds, source = dataset, dataset.name
     else:
         ds = load_dataset(dataset, dtype=dtype, normalize_features=normalize_features)
+        source = _dataset_source(dataset)
     opts = defaults_for(ds)
     given = dict(layers=layers, hidden=hidden, heads=heads, out_heads=out_heads, activation=activation,
                  dropout=dropout, attention_dropout=attention_dropout, optimizer=optimizer, lr=lr,
@@ -554,6 +637,15 @@ def train(
         )
 
     progress = _Progress(quiet, log_every, stream)
+    size = f"{ds.num_nodes} nodes" if isinstance(ds, NodeDataset) else f"{len(ds)} graphs"
+    progress.line(f"dataset {ds.name}: {ds.task}, {size}, {in_features} features")
+    progress.line(
+        f"model: layers={opts['layers']} hidden={opts['hidden']} heads={opts['heads']} "
+        f"out_heads={opts['out_heads']} activation={opts['activation']} dropout={opts['dropout']} "
+        f"attention_dropout={opts['attention_dropout']} readout={opts.get('readout')}; "
+        f"optimizer={opts['optimizer']} lr={opts['lr']} weight_decay={opts['weight_decay']}; "
+        f"epochs={opts['epochs']} patience={opts['patience']} seed={seed} theta_r={theta_r}"
+    )
     with num_threads(threads):
         if folds is not None:
             folds = V.check_int(folds, "folds", 2)
@@ -578,7 +670,7 @@ def train(
             metrics["folds"] = folds
             metrics["seconds"] = time.perf_counter() - t0
             result = TrainResult(model=result.model, metrics=metrics, history=result.history,
-                                 folds=fold_metrics)
+                                 folds=fold_metrics, splits=result.splits)
         else:
             model = build(seed)
             opt = make_optimizer(opts["optimizer"], model.parameters(), opts["lr"], opts["weight_decay"],
@@ -587,10 +679,20 @@ def train(
                          clip_norm=clip_norm, batch_size=batch_size, seed=seed, quiet=quiet,
                          log_every=log_every, callback=callback, stream=stream)
     if save is not None:
-        meta = {"dataset": ds.name, "task": ds.task, "num_classes": int(ds.num_classes),
+        meta = {"dataset": source, "task": ds.task, "num_classes": int(ds.num_classes),
                 "normalize_features": bool(normalize_features), "metrics": result.metrics}
+        if result.splits is not None:  # so that `gatfast evaluate` scores the same graphs
+            meta["splits"] = {k: v.tolist() for k, v in result.splits.items()}
         save_checkpoint(save, result.model, meta)
     return result
+
+
+def _dataset_source(dataset):
+    """How ``load_dataset`` finds ``dataset`` again: a generated name, an absolute path or a data/ name."""
+    text = os.fspath(dataset)
+    if text in GENERATED or not os.path.exists(text):
+        return text
+    return os.path.abspath(text)
 
 
 def _target_width(ds):
