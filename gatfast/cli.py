@@ -68,8 +68,9 @@ def _nonneg_float(text):
 
 def _add_train_options(p):
     p.add_argument("--dataset", default="karate", metavar="PATH",
-                   help="'karate' (embedded, the default) or a Planetoid/TU .npz file "
-                        "(see data/README.md for the formats)")
+                   help="'karate' (embedded, the default), a Planetoid/TU .npz file (see data/README.md "
+                        "for the formats), a shipped dataset name ('cora', 'mutag') or a generator "
+                        "('csbm', 'traffic_scenes')")
     g = p.add_argument_group("model (unset options take the dataset's defaults: the GAT recipe for "
                              "Planetoid files, see README)")
     g.add_argument("--layers", type=_positive_int, help="number of GATv2 layers (recipe: 2)")
@@ -104,7 +105,8 @@ def _add_train_options(p):
     o.add_argument("--theta-r", choices=["linear", "pairwise"], default="linear",
                    help="form of the Θ_R gradient term: O(N) rearranged or the paper's O(N²) pairwise sum")
     o.add_argument("--seed", type=int, default=0, help="random seed (initialisation, dropout, batches)")
-    o.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    o.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="floating-point type of features and parameters (default: float32)")
     o.add_argument("--threads", type=_positive_int, help="Numba threads (default: all cores)")
     r = p.add_argument_group("output")
     r.add_argument("--save", metavar="PATH", help="write the trained model as a checkpoint (.npz)")
@@ -143,14 +145,17 @@ def build_parser():
                         description="Compare the closed-form gradients of a float64 layer with central "
                                     "finite differences; prints the worst relative error.")
     gc.add_argument("--nodes", type=_positive_int, default=12, help="nodes of the random graph (>= 2)")
-    gc.add_argument("--in-features", type=_positive_int, default=5)
-    gc.add_argument("--out-features", type=_positive_int, default=4)
-    gc.add_argument("--heads", type=_positive_int, default=2)
+    gc.add_argument("--in-features", type=_positive_int, default=5, help="input features per node (default: 5)")
+    gc.add_argument("--out-features", type=_positive_int, default=4, help="channels per head (default: 4)")
+    gc.add_argument("--heads", type=_positive_int, default=2, help="attention heads (default: 2)")
     gc.add_argument("--mean", action="store_true", help="average the heads instead of concatenating")
-    gc.add_argument("--theta-r", choices=["linear", "pairwise"], default="linear")
-    gc.add_argument("--attention-activation", choices=["leaky_relu", "softplus"], default="leaky_relu")
-    gc.add_argument("--root-weight", choices=["theta_r", "theta_n"], default=None)
-    gc.add_argument("--seed", type=int, default=0)
+    gc.add_argument("--theta-r", choices=["linear", "pairwise"], default="linear",
+                    help="form of the Θ_R gradient term to check (default: linear)")
+    gc.add_argument("--attention-activation", choices=["leaky_relu", "softplus"], default="leaky_relu",
+                    help="activation inside the attention score (softplus: GAT+)")
+    gc.add_argument("--root-weight", choices=["theta_r", "theta_n"], default=None,
+                    help="GAT+ root weight instead of self loops in the attention")
+    gc.add_argument("--seed", type=int, default=0, help="seed of the random graph, features and weights")
     gc.add_argument("--tolerance", type=_positive_float, default=1e-6,
                     help="exit with status 1 if the worst relative error exceeds this")
 
@@ -185,22 +190,13 @@ def _cmd_train(args):
         from .diagnostics import ThetaRFlowRecorder
 
         base = os.path.splitext(args.save)[0] if args.save else os.path.join("runs", "diagnose")
+        os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
         recorder = ThetaRFlowRecorder(base + "_diagnostics.csv")
-        state = {}
+        callback = recorder.fit_callback()
 
-        def callback(epoch, model, grads, row):
-            graph, x = state["graph_x"] if "graph" not in row else (row["graph"], row["x"])
-            recorder.record(epoch, model, graph, x, grads)
-
-    from .data import NodeDataset, load_dataset
-
-    ds = load_dataset(args.dataset, dtype=np.dtype(args.dtype), normalize_features=args.normalize_features)
-    if args.diagnose and isinstance(ds, NodeDataset):
-        state["graph_x"] = (ds.graph, ds.x)
-    if not args.quiet:
-        print(f"dataset {ds.name}: {ds.task}", flush=True)
+    # train() loads the dataset itself so that a checkpoint records where it came from
     result = train(
-        ds, layers=args.layers, hidden=args.hidden, heads=args.heads, out_heads=args.out_heads,
+        args.dataset, layers=args.layers, hidden=args.hidden, heads=args.heads, out_heads=args.out_heads,
         activation=args.activation, dropout=args.dropout, attention_dropout=args.attention_dropout,
         residual=args.residual, readout=args.readout, optimizer=args.optimizer, lr=args.lr,
         weight_decay=args.weight_decay, momentum=args.momentum, nesterov=args.nesterov, epochs=args.epochs,
@@ -236,17 +232,45 @@ def _cmd_evaluate(args):
     source = args.dataset or meta.get("dataset")
     if source is None:
         raise CLIError("the checkpoint does not name its dataset: pass --dataset PATH")
-    if args.dataset is None and source != "karate" and not os.path.exists(source):
-        raise CLIError(f"the checkpoint's dataset {source!r} is not found: pass --dataset PATH")
-    ds = load_dataset(source, dtype=np.dtype(model.get_config()["dtype"]),
-                      normalize_features=meta.get("normalize_features", True))
+    opts = dict(dtype=np.dtype(model.get_config()["dtype"]),
+                normalize_features=meta.get("normalize_features", True))
+    if args.dataset is None:
+        try:
+            ds = load_dataset(source, **opts)
+        except (OSError, ValueError) as exc:
+            raise CLIError(f"cannot load the checkpoint's dataset {source!r} ({exc}): pass --dataset PATH"
+                           ) from None
+    else:
+        ds = load_dataset(source, **opts)
+    splits = _saved_splits(meta, ds, same=args.dataset is None or _same_source(args.dataset, meta))
     with num_threads(args.threads):
-        metrics = evaluate(model, ds)
-    print(f"model {args.checkpoint} on {ds.name}:")
+        metrics = evaluate(model, ds, splits=splits)
+    what = "" if splits is not None or not hasattr(ds, "graphs") else " (all graphs as the test split)"
+    print(f"model {args.checkpoint} on {ds.name}{what}:")
     _print_metrics(metrics)
     if args.metrics_json:
         _write_json(args.metrics_json, metrics)
     return 0
+
+
+def _same_source(path, meta):
+    from .train import _dataset_source
+
+    return _dataset_source(path) == meta.get("dataset")
+
+
+def _saved_splits(meta, ds, same):
+    """The training run's graph splits, when evaluating on the dataset they index."""
+    splits = meta.get("splits")
+    if not same or splits is None or not hasattr(ds, "graphs"):
+        return None
+    try:
+        out = {k: np.asarray(v, dtype=np.int64) for k, v in splits.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise CLIError("the checkpoint's 'splits' entry is malformed") from None
+    if any(v.ndim != 1 or (v.size and (v.min() < 0 or v.max() >= len(ds.graphs))) for v in out.values()):
+        raise CLIError(f"the checkpoint's splits do not index the {len(ds.graphs)} graphs of {ds.name!r}")
+    return {k: v for k, v in out.items() if v.size}
 
 
 def _cmd_gradcheck(args):
@@ -285,7 +309,7 @@ def main(argv=None):
 
     try:
         return handlers[args.command](args)
-    except (CLIError, ValueError, FileNotFoundError, TrainingDiverged) as exc:
+    except (CLIError, ValueError, OSError, TrainingDiverged) as exc:
         print(f"gatfast {args.command}: error: {exc}", file=sys.stderr)
         return 2
 
