@@ -118,6 +118,36 @@ def _check_finite_grads(grads, epoch):
             raise TrainingDiverged(epoch, f"the gradient of {name}")
 
 
+@contextmanager
+def _divergence(epoch, what):
+    """Report NaN/inf inside the model as divergence at ``epoch``.
+
+    The layers validate their inputs, so an overflowing hidden activation
+    surfaces as a ValueError about finiteness; ``fit`` checked the dataset's
+    features and the parameters, so here it can only come from training.
+    """
+    try:
+        yield
+    except _NonFiniteOutput:
+        raise TrainingDiverged(epoch, what) from None
+    except ValueError as exc:
+        if "finite" not in str(exc):
+            raise
+        raise TrainingDiverged(epoch, what) from exc
+
+
+def _check_finite_inputs(ds):
+    xs = [ds.x] if isinstance(ds, NodeDataset) else ds.xs
+    for x in xs:
+        values = x.data if hasattr(x, "tocsr") else np.asarray(x)
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"the features of dataset {ds.name!r} must be finite, but contain NaN or inf")
+    if not ds.num_classes:
+        ys = [ds.y] if isinstance(ds, NodeDataset) else ds.y
+        if not all(np.all(np.isfinite(np.asarray(y, dtype=float))) for y in ys):
+            raise ValueError(f"the targets of dataset {ds.name!r} must be finite, but contain NaN or inf")
+
+
 def _check_finite_params(params, epoch):
     # a finite gradient times a huge learning rate can still overflow a parameter
     for name, p in params.items():
@@ -321,6 +351,7 @@ def fit(
         clip_norm = V.check_float(clip_norm, "clip_norm", 0.0, low_open=True)
     batch_size = V.check_int(batch_size, "batch_size", 1)
     _check_compatible(model, dataset)
+    _check_finite_inputs(dataset)
     rng = np.random.default_rng(seed)
     progress = _Progress(quiet, log_every, stream)
     params = model.parameters()
@@ -333,17 +364,16 @@ def fit(
         train_idx = splits["train"]
 
     for epoch in range(1, epochs + 1):
-        if graph_level:
-            loss, grads, first = _graph_epoch(model, dataset, optimizer, train_idx, batch_size, rng, theta_r,
-                                              clip_norm, epoch)
-        else:
-            loss, grads = _node_step(model, dataset, optimizer, rng, theta_r, clip_norm, epoch)
-            first = {"graph": dataset.graph, "x": dataset.x}
+        with _divergence(epoch, "an activation inside the model"):
+            if graph_level:
+                loss, grads, first = _graph_epoch(model, dataset, optimizer, train_idx, batch_size, rng,
+                                                  theta_r, clip_norm, epoch)
+            else:
+                loss, grads = _node_step(model, dataset, optimizer, rng, theta_r, clip_norm, epoch)
+                first = {"graph": dataset.graph, "x": dataset.x}
         _check_finite_params(params, epoch)
-        try:
+        with _divergence(epoch, "an activation inside the model after the update"):
             metrics = _evaluate_splits(model, dataset, splits if graph_level else None)
-        except _NonFiniteOutput:
-            raise TrainingDiverged(epoch, "the model output after the update") from None
         row = {"epoch": epoch, "loss": loss, **metrics}
         history.append(row)
         if callback is not None:
