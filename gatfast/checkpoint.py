@@ -28,6 +28,16 @@ VERSION = 1
 __all__ = ["save_checkpoint", "load_checkpoint", "atomic_write_bytes", "atomic_write_text"]
 
 
+def _file_mode(path):
+    """The permissions the file should get: those of the file it replaces, else 0o666 minus the umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def _atomic_write(path, write):
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -38,6 +48,7 @@ def _atomic_write(path, write):
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp creates 0o600 files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -86,29 +97,35 @@ def load_checkpoint(path):
     from .model import GATv2Network
 
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         raise FileNotFoundError(f"checkpoint file not found: {path}")
     try:
         z = np.load(path, allow_pickle=False)
     except Exception as exc:  # zip errors, truncated files, pickled content
         raise ValueError(f"{path} is not a gatfast checkpoint (.npz): {exc}") from exc
+    if not isinstance(z, np.lib.npyio.NpzFile):  # a plain .npy array
+        raise ValueError(f"{path} is not a gatfast checkpoint: it holds a single array, not an .npz archive")
     with z:
         keys = set(z.files)
-        if "format" not in keys or str(z["format"]) != FORMAT:
-            raise ValueError(f"{path} is not a gatfast checkpoint: missing or wrong 'format' entry")
-        version = int(z["version"]) if "version" in keys else -1
-        if version != VERSION:
-            raise ValueError(f"{path}: checkpoint version {version} is not supported (expected {VERSION})")
-        try:
-            config = json.loads(str(z["config"]))
-            model_config = config["model"]
-            meta = config.get("meta", {})
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ValueError(f"{path}: checkpoint 'config' entry is malformed: {exc}") from exc
-        params = {k[len("param/") :]: z[k] for k in keys if k.startswith("param/")}
+        try:  # every entry is read here: a damaged member raises on access
+            fmt = str(z["format"]) if "format" in keys else None
+            version = int(z["version"]) if "version" in keys else None
+            config = json.loads(str(z["config"])) if "config" in keys else None
+            params = {k[len("param/") :]: z[k] for k in keys if k.startswith("param/")}
+        except Exception as exc:  # bad JSON, non-integer version, pickled or corrupt members
+            raise ValueError(f"{path}: the checkpoint entries cannot be read ({exc})") from exc
+    if fmt != FORMAT:
+        raise ValueError(f"{path} is not a gatfast checkpoint: missing or wrong 'format' entry")
+    if version != VERSION:
+        raise ValueError(f"{path}: checkpoint version {version} is not supported (expected {VERSION})")
+    if (not isinstance(config, dict) or not isinstance(config.get("model"), dict)
+            or not isinstance(config.get("meta", {}), dict)):
+        raise ValueError(f"{path}: checkpoint 'config' entry is malformed: expected a JSON object "
+                         "{'model': {...}, 'meta': {...}}")
+    model_config, meta = config["model"], config.get("meta", {})
     try:
         model = GATv2Network(**model_config)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: checkpoint model configuration is incompatible: {exc}") from exc
     expected = set(model.parameters())
     if set(params) != expected:
@@ -118,5 +135,11 @@ def load_checkpoint(path):
             f"{path}: checkpoint parameters do not match its configuration "
             f"(missing {missing}, unexpected {extra})"
         )
-    model.load_parameters(params)
+    for name, arr in params.items():
+        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)):
+            raise ValueError(f"{path}: checkpoint parameter {name!r} is not a finite floating-point array")
+    try:
+        model.load_parameters(params)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: checkpoint parameters do not match its configuration: {exc}") from exc
     return model, meta
