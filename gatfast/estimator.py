@@ -116,25 +116,26 @@ class GATv2Classifier:
             raise ValueError(f"y must have shape ({n},) (one label per node), got {y.shape}")
         mask = self._mask(mask, "mask", n)
         val_mask = mask if val_mask is None else self._mask(val_mask, "val_mask", n)
-        self.classes_ = np.unique(y[mask | val_mask])
-        if self.classes_.size < 2:
+        # learned state is assigned only once training succeeded: a failed
+        # refit must not leave a new classes_ next to the old model_
+        known = mask | val_mask
+        classes = np.unique(y[known])
+        if classes.size < 2:
             raise ValueError("y must contain at least two classes among the masked nodes")
         codes = np.zeros(n, dtype=np.int64)
-        known = mask | val_mask
-        codes[known] = np.searchsorted(self.classes_, y[known])
+        codes[known] = np.searchsorted(classes, y[known])
         dtype = V.check_dtype(self.dtype)
         if not sp.issparse(x):
             x = np.asarray(x)
         if x.ndim != 2:
             raise ValueError(f"x must be 2-D (num_nodes, num_features), got shape {x.shape}")
         x = V.check_features(x, "x", n, x.shape[1], dtype)
-        self.n_features_in_ = x.shape[1]
         ds = NodeDataset(
             name="estimator", graph=graph, x=x, y=codes, train_mask=mask, val_mask=val_mask,
-            test_mask=np.zeros(n, bool), num_classes=int(self.classes_.size), task="node_classification",
+            test_mask=np.zeros(n, bool), num_classes=int(classes.size), task="node_classification",
         )
         model = GATv2Network(
-            self.n_features_in_, self.hidden, ds.num_classes, num_layers=self.num_layers, heads=self.heads,
+            x.shape[1], self.hidden, ds.num_classes, num_layers=self.num_layers, heads=self.heads,
             out_heads=self.out_heads, activation=self.activation, dropout=self.dropout,
             attention_dropout=self.attention_dropout, residual=self.residual, dtype=dtype, seed=self.seed,
         )
@@ -143,6 +144,8 @@ class GATv2Classifier:
             result = fit(model, ds, opt, epochs=self.epochs, patience=self.patience, theta_r=self.theta_r,
                          seed=self.seed, quiet=not self.verbose)
         self.model_ = result.model
+        self.classes_ = classes
+        self.n_features_in_ = x.shape[1]
         self.history_ = result.history
         return self
 
@@ -182,6 +185,9 @@ class GATv2Classifier:
 
     def score(self, graph, x, y, mask=None):
         """Accuracy on the nodes in ``mask`` (default: all)."""
+        pred = self.predict(graph, x)
         y = np.asarray(y)
+        if y.shape != pred.shape:
+            raise ValueError(f"y must have shape {pred.shape} (one label per node), got {y.shape}")
         mask = self._mask(mask, "mask", y.shape[0])
-        return float(np.mean(self.predict(graph, x)[mask] == y[mask]))
+        return float(np.mean(pred[mask] == y[mask]))
