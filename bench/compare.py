@@ -1,0 +1,374 @@
+"""gatfast against PyTorch Geometric's GATv2Conv, side by side, in one run.
+
+Every (workload, library) pair runs in its own fresh subprocess, one after
+the other (never in parallel), with Numba, BLAS and torch limited to the
+same number of threads. The subprocess builds the workload, warms up (which
+also compiles or loads the Numba kernels), then times the forward pass and
+the forward + backward pass (the full step for the training workload):
+median of ``--reps`` repetitions. Peak memory is the growth of the process's
+maximum resident set (``ru_maxrss``) over its value after imports, data
+creation and a warm-up on a tiny copy of the workload, so it counts what the
+benchmarked calls themselves allocate, whatever the library.
+
+Outputs (written atomically into ``--out``, default ``bench/results``):
+``compare.md`` (the table), ``compare.json`` (raw numbers) and, if
+matplotlib is installed, ``degree_sweep.png`` (time against in-degree,
+log-log, with the fitted slopes).
+
+Usage::
+
+    python bench/compare.py                      # all workloads, full size
+    python bench/compare.py --size tiny --reps 3 # seconds, e.g. for CI
+    python bench/compare.py --jemalloc           # LD_PRELOAD Debian's libjemalloc2 (both sides)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+JEMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2")
+
+# the performance issue's targets: forward + backward speed-up (and memory for "large")
+TARGETS = {
+    "large": {"speedup": 8.0, "memory_ratio": 0.2},
+    "small-batch": {"speedup": 4.0},
+    "cora": {"speedup": 5.0},
+    "cora-train": {"speedup": 5.0},
+    "degree-256-linear": {"speedup": 5.0},
+}
+
+
+# ---------------------------------------------------------------------- worker (one subprocess)
+def _maxrss_mb():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kB
+
+
+def _time_calls(fn, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def run_worker(lib, name, size, reps, threads):
+    """Time one workload with one library in this process; return a dict of raw numbers."""
+    import numba
+    import numpy as np
+    import workloads
+
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    if lib == "pyg":
+        import torch
+        from reference import PygRunner as Runner
+
+        torch.set_num_threads(threads)
+    else:
+        Runner = workloads.GatfastRunner
+
+    t0 = time.perf_counter()
+    w = workloads.make_workload(name, size)
+    build_s = time.perf_counter() - t0
+    # warm the code paths (JIT compile or cache load, torch's lazy init) on a tiny copy,
+    # so that the baseline holds the code and only the benchmarked arrays count as peak
+    tiny = Runner(workloads.make_workload(name, "tiny"))
+    tiny.forward()
+    tiny.forward_backward()
+    del tiny
+    runner = Runner(w)
+    baseline = _maxrss_mb()
+    fwd = _time_calls(runner.forward, reps) if w.kind == "layer" else []
+    both = _time_calls(runner.forward_backward, reps)
+    peak = _maxrss_mb() - baseline
+    return {
+        "lib": lib,
+        "workload": name,
+        "size": size,
+        "nodes": int(w.num_nodes),
+        "edges": int(w.graph.nnz),
+        "threads": threads,
+        "numba_threads": int(numba.get_num_threads()),
+        "build_s": build_s,
+        "forward_s": fwd,
+        "forward_backward_s": both,
+        "forward_median_ms": float(np.median(fwd) * 1e3) if fwd else None,
+        "forward_backward_median_ms": float(np.median(both) * 1e3),
+        "baseline_rss_mb": baseline,
+        "peak_mb": peak,
+        "allocator": "jemalloc" if "jemalloc" in os.environ.get("LD_PRELOAD", "") else "system",
+    }
+
+
+# ---------------------------------------------------------------------- parent
+def _spawn(lib, name, args, jemalloc):
+    env = dict(os.environ)
+    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = str(args.threads)
+    if jemalloc:
+        env["LD_PRELOAD"] = jemalloc
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", lib, name,
+           "--size", args.size, "--reps", str(args.reps), "--threads", str(args.threads)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise RuntimeError(f"worker {lib} {name} failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fit_slope(degrees, times):
+    """Least-squares slope of log(time) against log(degree)."""
+    import numpy as np
+
+    return float(np.polyfit(np.log(degrees), np.log(times), 1)[0])
+
+
+def summarize(results, workload_names):
+    """Rows of the table: one per workload, with ratios and target checks."""
+    by = {(r["workload"], r["lib"]): r for r in results}
+    rows = []
+    for name in workload_names:
+        g = by.get((name, "gatfast"))
+        ref_name = name.replace("-pairwise", "-linear")  # PyG has one backward
+        p = by.get((ref_name, "pyg"))
+        if g is None:
+            continue
+        row = {"workload": name, "gatfast": g, "pyg": p}
+        if p is not None:
+            row["speedup"] = p["forward_backward_median_ms"] / g["forward_backward_median_ms"]
+            if g["forward_median_ms"] and p["forward_median_ms"]:
+                row["forward_speedup"] = p["forward_median_ms"] / g["forward_median_ms"]
+            row["memory_ratio"] = g["peak_mb"] / p["peak_mb"] if p["peak_mb"] > 0 else None
+            target = TARGETS.get(name)
+            if target:
+                met = row["speedup"] >= target["speedup"]
+                if "memory_ratio" in target:
+                    met = met and row["memory_ratio"] is not None and row["memory_ratio"] <= target["memory_ratio"]
+                row["target"] = target
+                row["target_met"] = met
+        rows.append(row)
+    return rows
+
+
+def degree_curves(results):
+    """(degrees, times in ms) of fwd+bwd for gatfast linear, gatfast pairwise and PyG."""
+    curves = {}
+    for label, lib, form in (("gatfast linear", "gatfast", "linear"), ("gatfast pairwise", "gatfast", "pairwise"),
+                             ("PyG GATv2Conv", "pyg", "linear")):
+        pts = sorted(
+            (r["workload"], r) for r in results
+            if r["lib"] == lib and r["workload"].startswith("degree-") and r["workload"].endswith(form)
+        )
+        pts = sorted((int(n.split("-")[1]), r["forward_backward_median_ms"]) for n, r in pts)
+        if len(pts) >= 2:
+            curves[label] = ([d for d, _ in pts], [t for _, t in pts])
+    return curves
+
+
+def _fmt(v, spec=".1f"):
+    return "—" if v is None else format(v, spec)
+
+
+def markdown(rows, curves, meta):
+    lines = [
+        "# gatfast vs PyG GATv2Conv",
+        "",
+        f"{meta['date']}, {meta['cpu']}, {meta['threads']} threads (Numba = BLAS = torch), "
+        f"float32, median of {meta['reps']} repetitions after warm-up, allocator: {meta['allocator']}, "
+        f"size: {meta['size']}. Each (workload, library) ran in its own fresh process.",
+        "",
+        "Forward + backward for the single-layer workloads; the full training step "
+        "(forward, loss, backward, Adam) for `cora-train`. Peak = growth of max RSS during the timed calls.",
+        "",
+        "| workload | nodes | edges | gatfast fwd ms | PyG fwd ms | gatfast fwd+bwd ms | PyG fwd+bwd ms "
+        "| speed-up | gatfast peak MB | PyG peak MB | memory ratio | target | met |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for row in rows:
+        g, p = row["gatfast"], row["pyg"]
+        target = row.get("target")
+        target_s = ""
+        if target:
+            target_s = f">= {target['speedup']:g}x" + (
+                f", mem <= {target['memory_ratio']:g}" if "memory_ratio" in target else ""
+            )
+        met = {True: "yes", False: "**no**"}.get(row.get("target_met"), "")
+        lines.append(
+            f"| {row['workload']} | {g['nodes']:,} | {g['edges']:,} | {_fmt(g['forward_median_ms'], '.2f')} "
+            f"| {_fmt(p and p['forward_median_ms'], '.2f')} | {g['forward_backward_median_ms']:.2f} "
+            f"| {_fmt(p and p['forward_backward_median_ms'], '.2f')} | {_fmt(row.get('speedup'), '.2f')} "
+            f"| {g['peak_mb']:.0f} | {_fmt(p and p['peak_mb'], '.0f')} | {_fmt(row.get('memory_ratio'), '.3f')} "
+            f"| {target_s} | {met} |"
+        )
+    if curves:
+        lines += ["", "Degree sweep (2000 nodes, every in-degree N, 32 -> 32), fitted log-log slope of "
+                  "fwd+bwd time against N:", "", "| curve | slope (all N) | slope (last two N) |",
+                  "|---|---:|---:|"]
+        for label, (deg, t) in curves.items():
+            last = fit_slope(deg[-2:], t[-2:])
+            lines.append(f"| {label} | {fit_slope(deg, t):.2f} | {last:.2f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _write_atomic(path, data, mode="w"):
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def plot(curves, path):
+    """Log-log plot of fwd+bwd time against degree; returns False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for label, (deg, t) in curves.items():
+        ax.loglog(deg, t, "o-", label=f"{label} (slope {fit_slope(deg, t):.2f})")
+    ax.set_xlabel("in-degree N (2000 nodes)")
+    ax.set_ylabel("forward + backward time (ms)")
+    ax.set_title("GATv2 layer, 32 -> 32, float32")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+def main(argv=None):
+    import workloads
+    from reference import pyg_available
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=workloads.SIZES, default="full")
+    parser.add_argument("--reps", type=int, default=20, help="timed repetitions per measurement (median)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workloads", default=",".join(workloads.WORKLOADS),
+                        help="comma-separated names (default: all)")
+    parser.add_argument("--libs", default="gatfast,pyg")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--jemalloc", action="store_true",
+                        help="LD_PRELOAD libjemalloc.so.2 (Debian package libjemalloc2) in every worker")
+    parser.add_argument("--worker", nargs=2, metavar=("LIB", "WORKLOAD"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error(f"--reps must be >= 1, got {args.reps}")
+
+    if args.worker:
+        lib, name = args.worker
+        print(json.dumps(run_worker(lib, name, args.size, args.reps, args.threads)))
+        return 0
+
+    names = [n for n in args.workloads.split(",") if n]
+    unknown = [n for n in names if n not in workloads.WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; choose from {list(workloads.WORKLOADS)}")
+    libs = [lib for lib in args.libs.split(",") if lib]
+    if "pyg" in libs and not pyg_available():
+        print("torch_geometric is not installed: timing gatfast only", file=sys.stderr)
+        libs = [lib for lib in libs if lib != "pyg"]
+    jemalloc = None
+    if args.jemalloc:
+        jemalloc = next((p for p in JEMALLOC_PATHS if os.path.exists(p)), None)
+        if jemalloc is None:
+            parser.error("--jemalloc: libjemalloc.so.2 not found (apt-get install libjemalloc2)")
+
+    results = []
+    for name in names:
+        for lib in libs:
+            if lib == "pyg" and name.endswith("-pairwise"):
+                continue  # identical to the linear run for PyG
+            r = _spawn(lib, name, args, jemalloc)
+            results.append(r)
+            fwd = r["forward_median_ms"]
+            print(f"{name:22s} {lib:8s} fwd {_fmt(fwd, '9.2f')} ms  fwd+bwd "
+                  f"{r['forward_backward_median_ms']:9.2f} ms  peak {r['peak_mb']:8.1f} MB", flush=True)
+
+    import numba
+    import numpy as np
+
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpu": _cpu_name(),
+        "threads": args.threads,
+        "reps": args.reps,
+        "size": args.size,
+        "allocator": "jemalloc (LD_PRELOAD, both sides)" if jemalloc else "system malloc",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "command": " ".join([Path(sys.executable).name, "bench/compare.py", *(argv or sys.argv[1:])]),
+    }
+    try:
+        import torch
+        import torch_geometric
+
+        meta["torch"] = torch.__version__
+        meta["torch_geometric"] = torch_geometric.__version__
+    except ImportError:
+        pass
+    rows = summarize(results, names)
+    curves = degree_curves(results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(rows, curves, meta)
+    _write_atomic(out / "compare.md", table)
+    slopes = {label: {"all": fit_slope(d, t), "last_two": fit_slope(d[-2:], t[-2:])}
+              for label, (d, t) in curves.items()}
+    raw = {"meta": meta, "results": results, "slopes": slopes,
+           "summary": [{k: v for k, v in row.items() if k not in ("gatfast", "pyg")} for row in rows]}
+    _write_atomic(out / "compare.json", json.dumps(raw, indent=1))
+    if curves and not plot(curves, out / "degree_sweep.png"):
+        print("matplotlib is not installed: no degree_sweep.png", file=sys.stderr)
+    print()
+    print(table)
+    return 0
+
+
+def _cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip() + f" ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""The benchmark harness runs (tiny sizes, no timing assertions).
+
+The pytest-benchmark suites in ``bench/`` are also collected by a plain
+``pytest`` run at their tiny size; these tests cover the pieces around them:
+the workload builders, the runners of both libraries, and ``compare.py`` and
+``compile_time.py``'s reporting.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import compare  # noqa: E402
+import compile_time  # noqa: E402
+import workloads  # noqa: E402
+
+
+@pytest.mark.parametrize("name", list(workloads.WORKLOADS))
+def test_tiny_workload_runs(name):
+    w = workloads.make_workload(name, "tiny")
+    g = w.graph
+    # self loops are in the graph: one per node
+    assert np.count_nonzero(g.indices == g.targets()) == g.num_nodes
+    runner = workloads.GatfastRunner(w)
+    out = runner.forward()
+    assert out.shape[0] == w.num_nodes and np.all(np.isfinite(out))
+    result = runner.forward_backward()
+    if w.kind == "layer":
+        assert set(result) >= {"W_l", "W_r", "att"}
+        assert all(v is None or np.all(np.isfinite(v)) for v in result.values())
+        before = runner.layer.params["att"].copy()
+        runner.train_step()
+        assert not np.array_equal(before, runner.layer.params["att"])  # Adam moved the parameters
+    else:
+        assert np.isfinite(result)
+
+
+def test_workload_shapes_match_the_issue():
+    # full sizes are only checked on the cheap ones (the large graph takes seconds to build)
+    cora = workloads.make_workload("cora", "full")
+    assert (cora.num_nodes, cora.graph.nnz, cora.x.shape[1], cora.out_dim) == (2708, 13264, 1433, 64)
+    deg = workloads.make_workload("degree-16-linear", "full")
+    assert deg.num_nodes == 2000 and np.all(deg.graph.in_degree() == 16)
+    with pytest.raises(ValueError, match="name must be one of"):
+        workloads.make_workload("nope")
+    with pytest.raises(ValueError, match="size must be one of"):
+        workloads.make_workload("cora", "huge")
+
+
+def test_pyg_runner_matches_shapes():
+    pytest.importorskip("torch_geometric")
+    from reference import PygRunner
+
+    for name in ("cora", "small-batch", "cora-train"):
+        w = workloads.make_workload(name, "tiny")
+        r = PygRunner(w)
+        out = r.forward()
+        assert tuple(out.shape) == (w.num_nodes, w.out_dim if w.kind == "layer" else w.extra["num_classes"])
+        r.forward_backward()
+        r.train_step()
+
+
+def test_compare_end_to_end(tmp_path):
+    names = "degree-4-linear,degree-16-linear,degree-4-pairwise,degree-16-pairwise"
+    assert compare.main(["--size", "tiny", "--reps", "1", "--libs", "gatfast", "--workloads", names,
+                         "--out", str(tmp_path)]) == 0
+    raw = json.loads((tmp_path / "compare.json").read_text())
+    assert {r["workload"] for r in raw["results"]} == set(names.split(","))
+    assert all(r["forward_backward_median_ms"] > 0 for r in raw["results"])
+    assert set(raw["slopes"]) == {"gatfast linear", "gatfast pairwise"}
+    table = (tmp_path / "compare.md").read_text()
+    assert "| degree-16-pairwise |" in table
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "degree_sweep.png").stat().st_size > 0
+
+
+def _fake(lib, name, fwd, both, peak):
+    return {"lib": lib, "workload": name, "nodes": 10, "edges": 20, "forward_median_ms": fwd,
+            "forward_backward_median_ms": both, "peak_mb": peak}
+
+
+def test_compare_summary_ratios_and_targets():
+    results = [
+        _fake("gatfast", "large", 10.0, 100.0, 50.0), _fake("pyg", "large", 90.0, 900.0, 400.0),
+        _fake("gatfast", "cora", 1.0, 2.0, 1.0), _fake("pyg", "cora", 4.0, 8.0, 2.0),
+    ]
+    for d, t in ((4, 1.0), (16, 4.0), (64, 16.0)):
+        results.append(_fake("gatfast", f"degree-{d}-linear", t, t, 1.0))
+        results.append(_fake("gatfast", f"degree-{d}-pairwise", t, t * t, 1.0))
+    rows = {r["workload"]: r for r in compare.summarize(results, ["large", "cora"])}
+    assert rows["large"]["speedup"] == pytest.approx(9.0)
+    assert rows["large"]["memory_ratio"] == pytest.approx(0.125)
+    assert rows["large"]["target_met"] is True  # 9x >= 8x and 0.125 <= 0.2
+    assert rows["cora"]["speedup"] == pytest.approx(4.0)
+    assert rows["cora"]["target_met"] is False  # 4x < 5x
+    curves = compare.degree_curves(results)
+    assert compare.fit_slope(*curves["gatfast linear"]) == pytest.approx(1.0)
+    assert compare.fit_slope(*curves["gatfast pairwise"]) == pytest.approx(2.0)
+    text = compare.markdown(list(rows.values()), curves, {
+        "date": "d", "cpu": "c", "threads": 2, "reps": 20, "allocator": "a", "size": "full"})
+    assert "| large |" in text and "**no**" in text
+
+
+def test_compile_time_report():
+    res = {state: {"import_s": 0.5, "first_layer_fwd_bwd_s": 9.0 if state == "cold" else 0.3,
+                   "second_layer_fwd_bwd_s": 0.01, "first_train_step_s": 1.0, "second_train_step_s": 0.05,
+                   "process_wall_s": 12.0} for state in ("cold", "warm")}
+    text = compile_time.markdown(res, {"date": "d", "threads": 2, "numba": "0"})
+    assert "| 9.000 | 0.300 |" in text
