@@ -181,7 +181,8 @@ class GATv2Classifier:
 
     def predict(self, graph, x):
         """Predicted class label per node."""
-        return self.classes_[np.argmax(self.decision_function(graph, x), axis=1)]
+        logits = self.decision_function(graph, x)  # raises first when not fitted
+        return self.classes_[np.argmax(logits, axis=1)]
 
     def score(self, graph, x, y, mask=None):
         """Accuracy on the nodes in ``mask`` (default: all)."""
