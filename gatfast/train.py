@@ -338,8 +338,9 @@ def fit(
     Raises
     ------
     TrainingDiverged
-        When the loss or a gradient becomes NaN/inf (the message names the
-        epoch); the model keeps its last finite parameters.
+        When the loss, a gradient, a parameter or an activation becomes
+        NaN/inf (the message names the epoch); the model is left with the
+        best parameters found before (its initial ones if that was epoch 1).
     """
     epochs = V.check_int(epochs, "epochs", 1)
     if callback is not None and not callable(callback):
@@ -363,38 +364,45 @@ def fit(
         splits = _check_splits(dataset, splits if splits is not None else _default_graph_splits(dataset, seed))
         train_idx = splits["train"]
 
-    for epoch in range(1, epochs + 1):
-        with _divergence(epoch, "an activation inside the model"):
-            if graph_level:
-                loss, grads, first = _graph_epoch(model, dataset, optimizer, train_idx, batch_size, rng,
-                                                  theta_r, clip_norm, epoch)
-            else:
-                loss, grads = _node_step(model, dataset, optimizer, rng, theta_r, clip_norm, epoch)
-                first = {"graph": dataset.graph, "x": dataset.x}
-        _check_finite_params(params, epoch)
-        with _divergence(epoch, "an activation inside the model after the update"):
-            metrics = _evaluate_splits(model, dataset, splits if graph_level else None)
-        row = {"epoch": epoch, "loss": loss, **metrics}
-        history.append(row)
-        if callback is not None:
-            callback(epoch, model, grads, {**row, **first})
-        # Model selection and early stopping on the validation split, or on
-        # the training split when there is none (the history keeps true names).
-        sel = _selection_metrics(metrics)
-        if _better(dataset.task, sel, best):
-            best, best_epoch = sel, epoch
-            best_params = {k: v.copy() for k, v in params.items()}
-        improved = False
-        if "val_accuracy" in sel and sel["val_accuracy"] >= best_acc:
-            best_acc, improved = sel["val_accuracy"], True
-        if sel["val_loss"] <= best_loss:
-            best_loss, improved = sel["val_loss"], True
-        since = 0 if improved else since + 1
-        stop = patience is not None and since >= patience
-        progress.epoch(epoch, stop or epoch == epochs, row)
-        if stop:
-            progress.line(f"early stop at epoch {epoch}: no validation improvement for {patience} epochs")
-            break
+    # the model never ends up with non-finite parameters: on divergence it
+    # gets the best parameters so far (its initial ones before any epoch)
+    initial = {k: v.copy() for k, v in params.items()}
+    try:
+        for epoch in range(1, epochs + 1):
+            with _divergence(epoch, "an activation inside the model"):
+                if graph_level:
+                    loss, grads, first = _graph_epoch(model, dataset, optimizer, train_idx, batch_size, rng,
+                                                      theta_r, clip_norm, epoch)
+                else:
+                    loss, grads = _node_step(model, dataset, optimizer, rng, theta_r, clip_norm, epoch)
+                    first = {"graph": dataset.graph, "x": dataset.x}
+            _check_finite_params(params, epoch)
+            with _divergence(epoch, "an activation inside the model after the update"):
+                metrics = _evaluate_splits(model, dataset, splits if graph_level else None)
+            row = {"epoch": epoch, "loss": loss, **metrics}
+            history.append(row)
+            if callback is not None:
+                callback(epoch, model, grads, {**row, **first})
+            # Model selection and early stopping on the validation split, or on
+            # the training split when there is none (the history keeps true names).
+            sel = _selection_metrics(metrics)
+            if _better(dataset.task, sel, best):
+                best, best_epoch = sel, epoch
+                best_params = {k: v.copy() for k, v in params.items()}
+            improved = False
+            if "val_accuracy" in sel and sel["val_accuracy"] >= best_acc:
+                best_acc, improved = sel["val_accuracy"], True
+            if sel["val_loss"] <= best_loss:
+                best_loss, improved = sel["val_loss"], True
+            since = 0 if improved else since + 1
+            stop = patience is not None and since >= patience
+            progress.epoch(epoch, stop or epoch == epochs, row)
+            if stop:
+                progress.line(f"early stop at epoch {epoch}: no validation improvement for {patience} epochs")
+                break
+    except TrainingDiverged:
+        model.load_parameters(best_params if best_params is not None else initial)
+        raise
 
     model.load_parameters(best_params)
     final = _task_metrics(dataset.task, _evaluate_splits(model, dataset, splits if graph_level else None))
@@ -622,7 +630,8 @@ def train(
         Graph classification only: run k-fold cross-validation and report
         the mean and std of the test accuracy over folds.
     save : path, optional
-        Write the trained model as a checkpoint (atomically).
+        Write the trained model as a checkpoint (atomically); with ``folds``,
+        the last fold's model. Nothing is written when training diverges.
 
     Returns
     -------
