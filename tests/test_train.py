@@ -288,6 +288,38 @@ def test_nan_gradient_stops_with_the_epoch_and_keeps_old_checkpoint(tmp_path, mo
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.npz"]
 
 
+@pytest.mark.parametrize("bad_call", [1, 4])
+def test_after_divergence_the_model_holds_the_best_earlier_parameters(monkeypatch, bad_call):
+    ds = small_csbm()
+    model = GATv2Network(8, 4, 2, heads=2, dropout=0.0, attention_dropout=0.0, seed=0)
+    initial = params_of(model)
+    snapshots, rows = {}, []
+
+    def keep(epoch, model, grads, row):
+        snapshots[epoch] = params_of(model)
+        rows.append(row)
+
+    real_backward = GATv2Network.backward
+    calls = {"n": 0}
+
+    def poisoned(self, cache, grad_out, theta_r="linear"):
+        grads = real_backward(self, cache, grad_out, theta_r=theta_r)
+        calls["n"] += 1
+        if calls["n"] == bad_call:
+            grads["layers.0.W_l"][:] = np.inf
+        return grads
+
+    monkeypatch.setattr(GATv2Network, "backward", poisoned)
+    opt = make_optimizer("adam", model.parameters(), 0.05)
+    with pytest.raises(TrainingDiverged, match=f"epoch {bad_call}"):
+        fit(model, ds, opt, epochs=10, quiet=True, callback=keep)
+    if bad_call == 1:
+        assert_same_params(model.parameters(), initial)
+    else:
+        best = max(rows, key=lambda r: (r["val_accuracy"], -r["val_loss"]))
+        assert_same_params(model.parameters(), snapshots[best["epoch"]])
+
+
 def test_huge_learning_rate_diverges_with_a_clear_error(tmp_path):
     path = tmp_path / "model.npz"
     with np.errstate(all="ignore"), pytest.raises(TrainingDiverged, match=r"diverged at epoch \d+") as info:
