@@ -17,13 +17,11 @@ from . import _validate as V
 from .graph import CSRGraph
 from .kernels import (
     ACTIVATIONS,
-    LEAKY_RELU,
     csr_dense_matmul,
     gatv2_backward_source,
     gatv2_backward_target,
     gatv2_forward,
     num_att_blocks,
-    sign_words,
 )
 from .params import ParamDict
 
@@ -397,18 +395,15 @@ class GATv2Layer:
         pq = ws.empty("pq", (n, 2, H, C), dtype)
         q_term, p_term = pq[:, 0], pq[:, 1]
         att_part = ws.empty("att_part", (num_att_blocks(n), H, C), dtype)
-        # LeakyReLU: the target pass leaves the sign of every z_ij^(c) as one bit, so the
-        # source pass does not gather xr[i] (a third of its memory traffic)
-        signs = ws.empty("signs", (g.nnz, H, sign_words(C)), np.uint64) if kind == LEAKY_RELU else None
         gatv2_backward_target(
             g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind,
             cache.edge_scale, cache.alpha, g_heads, theta_r == "pairwise",
-            upstream, delta, p_term, att_part, signs,
+            upstream, delta, p_term, att_part,
         )
         src_indptr, src_edges = g.source_order()
         gatv2_backward_source(
             src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind,
-            cache.edge_scale, cache.alpha, delta, g_heads, q_term, signs,
+            cache.edge_scale, cache.alpha, delta, g_heads, q_term,
         )
         grads["att"] = att_part.sum(axis=0)
 

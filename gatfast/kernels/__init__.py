@@ -5,7 +5,7 @@ dtype and int64 CSR arrays.
 """
 
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
-from .backward import gatv2_backward_source, gatv2_backward_target, num_att_blocks, sign_words
+from .backward import gatv2_backward_source, gatv2_backward_target, num_att_blocks
 from .forward import gatv2_forward
 from .sparse import csr_dense_matmul
 
@@ -18,5 +18,4 @@ __all__ = [
     "gatv2_backward_target",
     "gatv2_forward",
     "num_att_blocks",
-    "sign_words",
 ]

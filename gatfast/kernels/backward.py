@@ -24,11 +24,6 @@ from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
 
 
-def sign_words(channels):
-    """64-bit words per (edge, head) of the LeakyReLU sign mask (one bit per channel)."""
-    return -(-channels // 64)
-
-
 def num_att_blocks(num_nodes, block=256):
     """How many row blocks the target pass uses for the ``∂L/∂a`` partial sums.
 
@@ -38,9 +33,10 @@ def num_att_blocks(num_nodes, block=256):
     return max(1, -(-num_nodes // block))
 
 
+@njit(parallel=True, cache=True)
 def gatv2_backward_target(
     indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, grad, pairwise,
-    upstream, delta, p_out, att_part, signs=None,
+    upstream, delta, p_out, att_part,
 ):
     """Target pass.
 
@@ -50,24 +46,7 @@ def gatv2_backward_target(
     ``att_part`` (B, H, C): block ``b`` of ``ceil(n / B)`` consecutive rows
     gets ``Σ_{i in block} Σ_k δ_ik act(z_ik)``; ``att_part.sum(0)`` is
     ``∂L/∂a`` (with ``B = n`` these are the per-row sums).
-
-    With LeakyReLU, ``signs`` (E, H, sign_words(C)) uint64, if given,
-    receives bit ``c % 64`` of word ``c // 64`` set iff ``z_ij^(c) > 0``:
-    the source pass then reads 8 bytes per edge instead of the row ``xr[i]``.
     """
-    if signs is None:
-        signs = np.empty((0, att.shape[0], 1), dtype=np.uint64)
-    _target_pass(
-        indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, grad, pairwise,
-        upstream, delta, p_out, att_part, signs,
-    )
-
-
-@njit(parallel=True, cache=True)
-def _target_pass(
-    indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, grad, pairwise,
-    upstream, delta, p_out, att_part, signs,
-):
     n = indptr.size - 1
     nnz = indices.size
     heads = att.shape[0]
@@ -77,7 +56,6 @@ def _target_pass(
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
-    store_signs = leaky and signs.shape[0] > 0
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize
     num_blocks = att_part.shape[0]
     block = -(-n // num_blocks) if n > 0 else 1
@@ -120,8 +98,6 @@ def _target_pass(
                 j = indices[e]
                 for h in range(heads):
                     d = delta[e, h]
-                    if store_signs:
-                        _store_signs(xr, xl, i, j, h, e, signs)
                     # separate loops per case, so each inner loop is branch-free and vectorises
                     if leaky and not pairwise:
                         for c in range(channels):
@@ -144,19 +120,6 @@ def _target_pass(
             for h in range(heads):
                 for c in range(channels):
                     p_out[i, h, c] *= att[h, c]
-
-
-@njit(inline="always", cache=True)
-def _store_signs(xr, xl, i, j, h, e, signs):
-    """Bit mask of ``xr[i, h, c] + xl[j, h, c] > 0`` over the channels (an integer OR, exact)."""
-    channels = xl.shape[2]
-    zero = xl.dtype.type(0.0)
-    for w in range(signs.shape[2]):
-        bits = np.uint64(0)
-        for c in range(w * 64, min(channels, w * 64 + 64)):
-            if xr[i, h, c] + xl[j, h, c] > zero:
-                bits |= np.uint64(1) << np.uint64(c - w * 64)
-        signs[e, h, w] = bits
 
 
 @njit(cache=True)
@@ -182,33 +145,18 @@ def _pairwise_row(indices, xl, xr, i, start, end, kind, slope, alpha, upstream, 
                     p_out[i, h, c] += w * (s[e1 - start, h, c] - s[e2 - start, h, c])
 
 
+@njit(parallel=True, cache=True)
 def gatv2_backward_source(
     src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, edge_scale, alpha,
-    delta, grad, q_out, signs=None,
+    delta, grad, q_out,
 ):
     """Source pass: ``q_out`` (n, H, C) = ``Q_j``, the gradient of ``xl[j]``.
-
-    With LeakyReLU and the ``signs`` mask of the target pass, the slope of
-    each channel comes from the mask and ``xr`` is not read at all.
 
     ``src_edges`` (E,) lists the edge ids (CSR positions) grouped by source
     and ``src_targets`` (E,) their targets in that same order, so both are
     read sequentially; the scattered rows ``xr[i]``, ``grad[i]``,
     ``alpha[e]``, ``delta[e]`` (and ``edge_scale[e]``) are prefetched.
     """
-    if signs is None:
-        signs = np.empty((0, att.shape[0], 1), dtype=np.uint64)
-    _source_pass(
-        src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, edge_scale, alpha,
-        delta, grad, q_out, signs,
-    )
-
-
-@njit(parallel=True, cache=True)
-def _source_pass(
-    src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, edge_scale, alpha,
-    delta, grad, q_out, signs,
-):
     n = src_indptr.size - 1
     nnz = src_edges.size
     heads = att.shape[0]
@@ -219,8 +167,6 @@ def _source_pass(
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
-    use_signs = leaky and signs.shape[0] > 0
-    sign_bytes = heads * signs.shape[2] * 8
     for j in prange(n):
         for h in range(heads):
             for c in range(channels):
@@ -229,10 +175,7 @@ def _source_pass(
             if p + PREFETCH_DISTANCE < nnz:
                 ahead = src_edges[p + PREFETCH_DISTANCE]
                 target = src_targets[p + PREFETCH_DISTANCE]
-                if use_signs:
-                    prefetch_row(signs, ahead, sign_bytes)
-                else:
-                    prefetch_row(xr, target, row_bytes)
+                prefetch_row(xr, target, row_bytes)
                 prefetch_row(grad, target, row_bytes)
                 prefetch_row(alpha, ahead, edge_bytes)
                 prefetch_row(delta, ahead, edge_bytes)
@@ -242,21 +185,14 @@ def _source_pass(
             i = src_targets[p]
             for h in range(heads):
                 d = delta[e, h]
-                w_ij = alpha[e, h]
+                w = alpha[e, h]
                 if dropout:
-                    w_ij = w_ij * edge_scale[e, h]
-                if use_signs:  # slopes from the mask: no gather of xr[i]
-                    for w in range(signs.shape[2]):
-                        bits = signs[e, h, w]
-                        for c in range(w * 64, min(channels, w * 64 + 64)):
-                            on = (bits >> np.uint64(c - w * 64)) & np.uint64(1)
-                            s = one if on else slope
-                            q_out[j, h, c] += d * att[h, c] * s + w_ij * grad[i, h, c]
-                elif leaky:  # branch-free inner loop
+                    w = w * edge_scale[e, h]
+                if leaky:  # branch-free inner loop
                     for c in range(channels):
                         s = one if xr[i, h, c] + xl[j, h, c] > zero else slope
-                        q_out[j, h, c] += d * att[h, c] * s + w_ij * grad[i, h, c]
+                        q_out[j, h, c] += d * att[h, c] * s + w * grad[i, h, c]
                 else:
                     for c in range(channels):
                         z = xr[i, h, c] + xl[j, h, c]
-                        q_out[j, h, c] += d * att[h, c] * act_slope(z, kind, slope) + w_ij * grad[i, h, c]
+                        q_out[j, h, c] += d * att[h, c] * act_slope(z, kind, slope) + w * grad[i, h, c]
