@@ -305,18 +305,16 @@ class GATv2Layer:
         ws = self._workspace
         dtype = self.dtype
 
-        # one product for both projections, x read once; xl and xr are views of its halves
+        # projections straight into their own contiguous buffers (no concatenation, no copies)
         W_l, b_l = self._weights("l")
+        xl = ws.empty("xl", (n, H, C), dtype)
+        _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
         if self.share_weights:
-            proj = ws.empty("proj", (n, 1, H, C), dtype)
-            _linear_into(x, W_l, b_l, proj.reshape(n, H * C))
-            xl = xr = proj[:, 0]
+            xr = xl
         else:
             W_r, b_r = self._weights("r")
-            proj = ws.empty("proj", (n, 2, H, C), dtype)
-            b_both = None if b_l is None else np.concatenate([b_l, b_r])
-            _linear_into(x, np.concatenate([W_l, W_r]), b_both, proj.reshape(n, 2 * H * C))
-            xl, xr = proj[:, 0], proj[:, 1]
+            xr = ws.empty("xr", (n, H, C), dtype)
+            _linear_into(x, W_r, b_r, xr.reshape(n, H * C))
 
         if training and self.dropout > 0.0:
             gen = self._rng if rng is None else rng
@@ -391,9 +389,7 @@ class GATv2Layer:
         slope = dtype.type(self.negative_slope)
         upstream = ws.empty("upstream", (g.nnz, H), dtype)
         delta = ws.empty("delta", (g.nnz, H), dtype)
-        # Q (gradient of xl) and P (of xr) side by side: [Q P] is the gradient of x @ [W_l; W_r].T
-        pq = ws.empty("pq", (n, 2, H, C), dtype)
-        q_term, p_term = pq[:, 0], pq[:, 1]
+        p_term = ws.empty("p_term", (n, H, C), dtype)
         att_part = ws.empty("att_part", (num_att_blocks(n), H, C), dtype)
         gatv2_backward_target(
             g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind,
@@ -401,40 +397,41 @@ class GATv2Layer:
             upstream, delta, p_term, att_part,
         )
         src_indptr, src_edges = g.source_order()
+        q_term = ws.empty("q_term", (n, H, C), dtype)
         gatv2_backward_source(
             src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind,
             cache.edge_scale, cache.alpha, delta, g_heads, q_term,
         )
         grads["att"] = att_part.sum(axis=0)
 
-        # pq is this call's scratch: update it in place
+        # p_term and q_term are this call's scratch: update them in place
+        grad_xr = p_term.reshape(n, H * C)
+        grad_xl = q_term.reshape(n, H * C)
         if self.root_weight == "theta_r":
-            p_term += g_heads
+            grad_xr += g_heads.reshape(n, H * C)
 
         x = cache.x
         x_t = x.T.tocsr() if sp.issparse(x) else None  # features by node, for the weight gradients
-        grad_x = None
         if self.share_weights:
-            q_term += p_term
-            grad_lin = q_term.reshape(n, H * C)
-            grads["W_l"] = _weight_grad(grad_lin, x, x_t)
+            grad_xl += grad_xr
+            grads["W_l"] = _weight_grad(grad_xl, x, x_t)
             if self.bias:
-                grads["b_l"] = grad_lin.sum(axis=0)
+                grads["b_l"] = grad_xl.sum(axis=0)
+            grad_x = None
             if x_t is None:
                 grad_x = ws.empty("grad_x", x.shape, dtype)
-                np.matmul(grad_lin, params["W_l"], out=grad_x)
+                np.matmul(grad_xl, params["W_l"], out=grad_x)
         else:
-            stacked = pq.reshape(n, 2 * H * C)
-            w_both = _weight_grad(stacked, x, x_t)
-            grads["W_l"] = w_both[: H * C]
-            grads["W_r"] = w_both[H * C :]
+            grads["W_l"] = _weight_grad(grad_xl, x, x_t)
+            grads["W_r"] = _weight_grad(grad_xr, x, x_t)
             if self.bias:
-                b_both = stacked.sum(axis=0)
-                grads["b_l"] = b_both[: H * C]
-                grads["b_r"] = b_both[H * C :]
+                grads["b_l"] = grad_xl.sum(axis=0)
+                grads["b_r"] = grad_xr.sum(axis=0)
+            grad_x = None
             if x_t is None:
                 grad_x = ws.empty("grad_x", x.shape, dtype)
-                np.matmul(stacked, np.concatenate([params["W_l"], params["W_r"]]), out=grad_x)
+                np.matmul(grad_xl, params["W_l"], out=grad_x)
+                _matmul_add(grad_xr, params["W_r"], grad_x)
         if self.root_weight == "theta_n":
             gn = g_heads.reshape(n, H * C)
             grads["W_n"] = _weight_grad(gn, x, x_t)
