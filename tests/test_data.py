@@ -25,8 +25,10 @@ from gatfast.data import (
 REPO_DATA = Path(__file__).resolve().parent.parent / "data"
 CORA = REPO_DATA / "cora.npz"
 MUTAG = REPO_DATA / "mutag.npz"
-CITESEER = Path("/work/shared/data/citeseer.npz")
-PUBMED = Path("/work/shared/data/pubmed_structure.npz")
+# The read-only shared datasets sit beside the checkout (CI clones with ../shared next to it).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CITESEER = SHARED_DATA / "citeseer.npz"
+PUBMED = SHARED_DATA / "pubmed_structure.npz"
 
 
 def undirected_pairs(graph):
