@@ -18,6 +18,7 @@ from .graph import CSRGraph
 from .kernels import (
     ACTIVATIONS,
     csr_dense_matmul,
+    csr_dense_matmul2,
     gatv2_backward_source,
     gatv2_backward_target,
     gatv2_forward,
@@ -308,13 +309,21 @@ class GATv2Layer:
         # projections straight into their own contiguous buffers (no concatenation, no copies)
         W_l, b_l = self._weights("l")
         xl = ws.empty("xl", (n, H, C), dtype)
-        _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
         if self.share_weights:
+            _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
             xr = xl
         else:
             W_r, b_r = self._weights("r")
             xr = ws.empty("xr", (n, H, C), dtype)
-            _linear_into(x, W_r, b_r, xr.reshape(n, H * C))
+            if sp.issparse(x):  # both projections in one pass over the sparse features
+                csr_dense_matmul2(
+                    x.indptr, x.indices, x.data, np.ascontiguousarray(W_l.T), np.ascontiguousarray(W_r.T),
+                    _bias_or_empty(b_l, dtype), _bias_or_empty(b_r, dtype),
+                    xl.reshape(n, H * C), xr.reshape(n, H * C),
+                )
+            else:
+                _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
+                _linear_into(x, W_r, b_r, xr.reshape(n, H * C))
 
         if training and self.dropout > 0.0:
             gen = self._rng if rng is None else rng
@@ -422,8 +431,16 @@ class GATv2Layer:
                 grad_x = ws.empty("grad_x", x.shape, dtype)
                 np.matmul(grad_xl, params["W_l"], out=grad_x)
         else:
-            grads["W_l"] = _weight_grad(grad_xl, x, x_t)
-            grads["W_r"] = _weight_grad(grad_xr, x, x_t)
+            if x_t is not None:  # both weight gradients in one pass over the sparse features
+                g_l = np.empty((x_t.shape[0], H * C), dtype)
+                g_r = np.empty((x_t.shape[0], H * C), dtype)
+                empty = np.zeros(0, dtype)
+                csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, grad_xl, grad_xr, empty, empty, g_l, g_r)
+                grads["W_l"] = np.ascontiguousarray(g_l.T)
+                grads["W_r"] = np.ascontiguousarray(g_r.T)
+            else:
+                grads["W_l"] = _weight_grad(grad_xl, x, x_t)
+                grads["W_r"] = _weight_grad(grad_xr, x, x_t)
             if self.bias:
                 grads["b_l"] = grad_xl.sum(axis=0)
                 grads["b_r"] = grad_xr.sum(axis=0)
@@ -445,6 +462,10 @@ class GATv2Layer:
                 _matmul_add(grad_out, params["W_res"], grad_x)
         grads["x"] = grad_x
         return {k: grads[k] for k in list(self.params) + ["x"]}
+
+
+def _bias_or_empty(b, dtype):
+    return np.zeros(0, dtype) if b is None else b
 
 
 def _linear(x, W, b):
