@@ -113,3 +113,28 @@ def test_compile_time_report():
                    "process_wall_s": 12.0} for state in ("cold", "warm")}
     text = compile_time.markdown(res, {"date": "d", "threads": 2, "numba": "0"})
     assert "| 9.000 | 0.300 |" in text
+
+
+def test_reused_buffers_never_overwrite_held_results():
+    """The layer reuses its big arrays across calls for speed, but only arrays nobody holds."""
+    import gatfast
+
+    rng = np.random.default_rng(0)
+    n = 200
+    graph = gatfast.CSRGraph.from_edge_index(rng.integers(0, n, (2, 1200)), n)
+    layer = gatfast.GATv2Layer(5, 3, heads=2, seed=0, dropout=0.3)
+    x = rng.standard_normal((n, 5)).astype(np.float32)
+    held = []
+    for step in range(4):  # a training loop that keeps every output, cache and gradient
+        out, cache = layer.forward(graph, x * (step + 1), training=True, rng=np.random.default_rng(step))
+        grads = layer.backward(cache, np.ones_like(out))
+        held.append((out, cache, grads, out.copy(), cache.alpha.copy(), grads["x"].copy()))
+    for out, cache, grads, out_copy, alpha_copy, gx_copy in held:
+        np.testing.assert_array_equal(out, out_copy)
+        np.testing.assert_array_equal(cache.alpha, alpha_copy)
+        np.testing.assert_array_equal(grads["x"], gx_copy)
+    # and once nothing is held, a new call gives the same numbers as a fresh layer
+    fresh = gatfast.GATv2Layer(5, 3, heads=2, seed=0, dropout=0.3)
+    del held, out, cache, grads
+    a = layer.forward(graph, x)[0]
+    np.testing.assert_array_equal(a, fresh.forward(graph, x)[0])
