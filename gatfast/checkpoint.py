@@ -18,52 +18,15 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import numpy as np
+
+from ._io import atomic_write
 
 FORMAT = "gatfast-checkpoint"
 VERSION = 1
 
-__all__ = ["save_checkpoint", "load_checkpoint", "atomic_write_bytes", "atomic_write_text"]
-
-
-def _file_mode(path):
-    """The permissions the file should get: those of the file it replaces, else 0o666 minus the umask."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def _atomic_write(path, write):
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _file_mode(path))  # mkstemp creates 0o600 files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_bytes(path, data):
-    """Write ``data`` to ``path`` atomically (temporary file, then rename)."""
-    _atomic_write(path, lambda fh: fh.write(data))
-
-
-def atomic_write_text(path, text):
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+__all__ = ["save_checkpoint", "load_checkpoint"]
 
 
 def save_checkpoint(path, model, meta=None):
@@ -83,7 +46,7 @@ def save_checkpoint(path, model, meta=None):
     arrays["format"] = np.array(FORMAT)
     arrays["version"] = np.array(VERSION)
     arrays["config"] = np.array(json.dumps(config, sort_keys=True))
-    _atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    atomic_write(path, lambda fh: np.savez(fh, **arrays))
 
 
 def load_checkpoint(path):

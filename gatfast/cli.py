@@ -16,54 +16,26 @@ class CLIError(Exception):
     """A user error: printed without a traceback, exit status 2."""
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
+def _number(kind, accept, expected):
+    """An argparse type: parse with ``kind``, keep values for which ``accept`` holds."""
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not (np.isfinite(value) and accept(value)):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
+        return value
+
+    return parse
 
 
-def _nonneg_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def _rate(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {value}")
-    return value
-
-
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0.0 and np.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return value
-
-
-def _nonneg_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not (value >= 0.0 and np.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
+_positive_int = _number(int, lambda v: v >= 1, "a whole number >= 1")
+_nonneg_int = _number(int, lambda v: v >= 0, "a whole number >= 0")
+_rate = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
+_positive_float = _number(float, lambda v: v > 0.0, "a positive number")
+_nonneg_float = _number(float, lambda v: v >= 0.0, "a number >= 0")
 
 
 def _add_train_options(p):
@@ -171,7 +143,7 @@ def build_parser():
 
 
 def _write_json(path, obj):
-    from .checkpoint import atomic_write_text
+    from ._io import atomic_write_text
 
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 

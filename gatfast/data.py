@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _validate as V
+from ._io import atomic_write
 from .graph import CSRGraph, batch_graphs
 
 __all__ = [
@@ -619,16 +619,7 @@ def write_planetoid_npz(path, dataset, source=""):
         test_mask=dataset.test_mask,
         source=np.array(source),
     )
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        os.chmod(tmp, 0o644)  # mkstemp makes the file private (0600)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
 
 
 # ---------------------------------------------------------------------- generators

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _validate as V
+from ._io import atomic_save_figure, atomic_write
 from .layer import GATv2Layer, LayerCache
 
 __all__ = [
@@ -411,7 +411,7 @@ class ThetaRFlowRecorder:
             for row in self.rows:
                 writer.writerow({k: _fmt(v) for k, v in row.items()})
 
-        atomic_write_text(self.path_csv, write)
+        atomic_write(self.path_csv, write, text=True)
 
     def plot(self, path_png):
         """Plot the dead fraction and the gradient norms over epochs (needs matplotlib)."""
@@ -437,7 +437,7 @@ class ThetaRFlowRecorder:
         ax1.set_yscale("log")
         ax1.legend(fontsize="small", ncol=2)
         fig.tight_layout()
-        save_figure(fig, path_png)
+        atomic_save_figure(fig, path_png)
         plt.close(fig)
 
 
@@ -536,46 +536,6 @@ def _fmt(v):
     if isinstance(v, float):
         return repr(v)
     return v
-
-
-def _umask_mode():
-    """Permissions of a normal new file (mkstemp makes 0600 files)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def atomic_write_text(path, write):
-    """Write a text file atomically: ``write(f)`` fills a temp file in the same directory."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            write(f)
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def save_figure(fig, path):
-    """``fig.savefig`` to a temp file in the same directory, then ``os.replace``."""
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fmt = os.path.splitext(path)[1].lstrip(".") or "png"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix="." + fmt)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format=fmt, dpi=120)
-        os.chmod(tmp, _umask_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _pyplot():

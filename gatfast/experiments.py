@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _validate as V
+from ._io import atomic_save_figure, atomic_write_text
 from .data import make_traffic_scenes
-from .diagnostics import _pyplot, atomic_write_text, save_figure, theta_r_flow_network
+from .diagnostics import _pyplot, theta_r_flow_network
 from .model import GATv2Network
 from .train import TrainingDiverged, _default_graph_splits, fit, make_optimizer, num_threads
 
@@ -225,7 +226,7 @@ def _csv_text(rows, columns):
 
 
 def _write(path, text):
-    atomic_write_text(path, lambda f: f.write(text))
+    atomic_write_text(path, text)
 
 
 def _plot(curves, archs, variants, runs, path):
@@ -256,7 +257,7 @@ def _plot(curves, archs, variants, runs, path):
             ax.set_xlabel("epoch")
         ax_val.legend(fontsize="small")
     fig.tight_layout()
-    save_figure(fig, path)
+    atomic_save_figure(fig, path)
     plt.close(fig)
 
 

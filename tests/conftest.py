@@ -29,3 +29,19 @@ except ImportError:  # pragma: no cover - hypothesis is a test dependency
 def rng():
     """A fresh, seeded generator per test."""
     return np.random.default_rng(20240611)
+
+
+@pytest.fixture
+def one_numba_thread():
+    """Run a test on one Numba thread and restore the count afterwards.
+
+    For tests of many tiny graphs: kernel launch overhead would dominate on a
+    busy 2-core machine. Results do not depend on the thread count
+    (tests/test_determinism.py proves it), so nothing is weakened.
+    """
+    import numba
+
+    old = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(old)

@@ -6,21 +6,14 @@ import os
 import numpy as np
 import pytest
 
-from gatfast.checkpoint import FORMAT, VERSION, atomic_write_text, load_checkpoint, save_checkpoint
+from gatfast._io import atomic_write_text
+from gatfast.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
 from gatfast.cli import main
 from gatfast.data import load_karate
 from gatfast.model import GATv2Network
 from gatfast.train import train
 
-
-@pytest.fixture(autouse=True)
-def one_numba_thread():
-    """Tiny graphs on a shared machine: one Numba thread (results do not depend on it)."""
-    numba = pytest.importorskip("numba")
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
 
 
 @pytest.fixture(scope="module")

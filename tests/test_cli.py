@@ -24,14 +24,7 @@ SMALL = ["--hidden", "4", "--heads", "2"]
 train_module = importlib.import_module("gatfast.train")
 
 
-@pytest.fixture(autouse=True)
-def one_numba_thread():
-    """Tiny graphs on a shared machine: one Numba thread (results do not depend on it)."""
-    numba = pytest.importorskip("numba")
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
 
 
 def run(argv, capsys):

@@ -14,14 +14,7 @@ LEARNED = {"model_", "classes_", "n_features_in_", "history_"}
 FAST = dict(hidden=4, heads=2, epochs=30, dropout=0.0, attention_dropout=0.0, lr=0.02)
 
 
-@pytest.fixture(autouse=True)
-def one_numba_thread():
-    """Tiny graphs on a shared machine: one Numba thread (results do not depend on it)."""
-    numba = pytest.importorskip("numba")
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ stack (with feature and attention dropout), PyG cross-check, API behaviour."""
 
 import json
 
-import numba
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -16,15 +15,7 @@ from gatfast.nn import Linear
 SEED = 1234
 
 
-@pytest.fixture(autouse=True)
-def one_numba_thread():
-    """Finite differences run thousands of tiny forwards; on a busy machine the
-    thread-pool wake-up of each parallel kernel dominates, so use one thread.
-    (Results do not depend on the thread count; that is tested elsewhere.)"""
-    before = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
 
 
 def random_graph(rng, n, nnz, isolated=()):

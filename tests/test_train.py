@@ -12,14 +12,7 @@ from gatfast.train import TrainingDiverged, evaluate, fit, make_optimizer, train
 SMALL = dict(hidden=4, heads=2, dropout=0.0, attention_dropout=0.0)
 
 
-@pytest.fixture(autouse=True)
-def one_numba_thread():
-    """Tiny graphs on a shared machine: one Numba thread (results do not depend on it)."""
-    numba = pytest.importorskip("numba")
-    old = numba.get_num_threads()
-    numba.set_num_threads(1)
-    yield
-    numba.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
 
 
 def params_of(model):
