@@ -461,14 +461,16 @@ def _task_metrics(task, metrics):
     return {k: v for k, v in metrics.items() if k.endswith("_loss")}
 
 
-def _node_step(model, ds, optimizer, rng, theta_r, clip_norm, epoch):
-    out, cache = model.forward(ds.graph, ds.x, training=True, rng=rng)
+def _step(model, optimizer, graph, x, graph_ptr, loss_fn, rng, theta_r, clip_norm, epoch):
+    """Forward in training mode, loss, backward, optional clipping, update.
+
+    ``loss_fn(out) -> (loss, grad_out)``. Raises TrainingDiverged before the
+    update if the output, the loss or a gradient is not finite.
+    """
+    out, cache = model.forward(graph, x, graph_ptr, training=True, rng=rng)
     if not np.all(np.isfinite(out)):
         raise TrainingDiverged(epoch, "the model output")
-    if ds.task == "node_classification":
-        loss, grad = nn.softmax_cross_entropy(out, ds.y, ds.train_mask)
-    else:
-        loss, grad = nn.mse_loss(out, _node_targets(ds.y).astype(out.dtype), ds.train_mask)
+    loss, grad = loss_fn(out)
     if not np.isfinite(loss):
         raise TrainingDiverged(epoch, "the training loss")
     grads = model.backward(cache, grad, theta_r=theta_r)
@@ -477,6 +479,16 @@ def _node_step(model, ds, optimizer, rng, theta_r, clip_norm, epoch):
         clip_grad_norm(grads, clip_norm)
     optimizer.step(grads)
     return float(loss), grads
+
+
+def _node_step(model, ds, optimizer, rng, theta_r, clip_norm, epoch):
+    if ds.task == "node_classification":
+        def loss_fn(out):
+            return nn.softmax_cross_entropy(out, ds.y, ds.train_mask)
+    else:
+        def loss_fn(out):
+            return nn.mse_loss(out, _node_targets(ds.y).astype(out.dtype), ds.train_mask)
+    return _step(model, optimizer, ds.graph, ds.x, None, loss_fn, rng, theta_r, clip_norm, epoch)
 
 
 def _graph_epoch(model, ds, optimizer, train_idx, batch_size, rng, theta_r, clip_norm, epoch):
@@ -492,20 +504,14 @@ def _graph_epoch(model, ds, optimizer, train_idx, batch_size, rng, theta_r, clip
     for start in range(0, len(order), batch_size):
         idx = np.sort(order[start : start + batch_size])
         graph, x, graph_ptr, y = ds.batch(idx)
-        out, cache = model.forward(graph, x, graph_ptr if model.readout else None, training=True, rng=rng)
-        if not np.all(np.isfinite(out)):
-            raise TrainingDiverged(epoch, "the model output")
         if ds.task == "graph_classification":
-            loss, grad = nn.softmax_cross_entropy(out, y)
+            def loss_fn(out, y=y):
+                return nn.softmax_cross_entropy(out, y)
         else:
-            loss, grad = nn.mse_loss(out, _node_targets(y).astype(out.dtype))
-        if not np.isfinite(loss):
-            raise TrainingDiverged(epoch, "the training loss")
-        grads = model.backward(cache, grad, theta_r=theta_r)
-        _check_finite_grads(grads, epoch)
-        if clip_norm is not None:
-            clip_grad_norm(grads, clip_norm)
-        optimizer.step(grads)
+            def loss_fn(out, y=y):
+                return nn.mse_loss(out, _node_targets(y).astype(out.dtype))
+        loss, grads = _step(model, optimizer, graph, x, graph_ptr if model.readout else None, loss_fn,
+                            rng, theta_r, clip_norm, epoch)
         if start == 0:
             first_grads, first = grads, {"graph": graph, "x": x, "graph_ptr": graph_ptr}
         n = len(idx) if ds.task == "graph_classification" else int(np.size(y))
