@@ -56,6 +56,13 @@ def _maxrss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: kB
 
 
+def _loadavg():
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _time_calls(fn, reps, warmup=2):
     for _ in range(warmup):
         fn()
@@ -92,6 +99,7 @@ def run_worker(lib, name, size, reps, threads):
     tiny.forward_backward()
     del tiny
     runner = Runner(w)
+    load_before = _loadavg()
     baseline = _maxrss_mb()
     fwd = _time_calls(runner.forward, reps) if w.kind == "layer" else []
     both = _time_calls(runner.forward_backward, reps)
@@ -112,6 +120,9 @@ def run_worker(lib, name, size, reps, threads):
         "baseline_rss_mb": baseline,
         "peak_mb": peak,
         "allocator": "jemalloc" if "jemalloc" in os.environ.get("LD_PRELOAD", "") else "system",
+        # 1-minute load average before and after (other processes compete for the 2 cores)
+        "loadavg_before": load_before,
+        "loadavg_after": _loadavg(),
     }
 
 
@@ -190,7 +201,8 @@ def markdown(rows, curves, meta):
         "",
         f"{meta['date']}, {meta['cpu']}, {meta['threads']} threads (Numba = BLAS = torch), "
         f"float32, median of {meta['reps']} repetitions after warm-up, allocator: {meta['allocator']}, "
-        f"size: {meta['size']}. Each (workload, library) ran in its own fresh process.",
+        f"size: {meta['size']}. Each (workload, library) ran in its own fresh process. "
+        f"1-minute load average during the run: {meta['load']}.",
         "",
         "Forward + backward for the single-layer workloads; the full training step "
         "(forward, loss, backward, Adam) for `cora-train`. Peak = growth of max RSS during the timed calls.",
@@ -342,6 +354,8 @@ def main(argv=None):
         meta["torch_geometric"] = torch_geometric.__version__
     except ImportError:
         pass
+    loads = [v for r in results for v in (r.get("loadavg_before"), r.get("loadavg_after")) if v is not None]
+    meta["load"] = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "unknown"
     rows = summarize(results, names)
     curves = degree_curves(results)
     out = Path(args.out)

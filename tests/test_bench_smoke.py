@@ -103,7 +103,7 @@ def test_compare_summary_ratios_and_targets():
     assert compare.fit_slope(*curves["gatfast linear"]) == pytest.approx(1.0)
     assert compare.fit_slope(*curves["gatfast pairwise"]) == pytest.approx(2.0)
     text = compare.markdown(list(rows.values()), curves, {
-        "date": "d", "cpu": "c", "threads": 2, "reps": 20, "allocator": "a", "size": "full"})
+        "date": "d", "cpu": "c", "threads": 2, "reps": 20, "allocator": "a", "size": "full", "load": "0.1"})
     assert "| large |" in text and "**no**" in text
 
 
