@@ -54,7 +54,7 @@ def _add_train_options(p):
     g.add_argument("--attention-dropout", type=_rate, help="dropout on attention weights (recipe: 0.6)")
     g.add_argument("--residual", action="store_true", help="add a linear skip connection to every layer")
     g.add_argument("--readout", choices=["mean", "sum", "max"],
-                   help="graph-level pooling for graph classification (default: mean)")
+                   help="graph-level pooling for graph classification (default: sum)")
     g.add_argument("--attention-activation", choices=["leaky_relu", "softplus"], default="leaky_relu",
                    help="activation inside the attention score (softplus: GAT+)")
     g.add_argument("--root-weight", choices=["theta_r", "theta_n"], default=None,
