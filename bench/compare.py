@@ -161,6 +161,8 @@ def _spawn(lib, name, args, jemalloc):
         env[var] = str(args.threads)
     if jemalloc:
         env["LD_PRELOAD"] = jemalloc
+        if args.malloc_conf:
+            env["MALLOC_CONF"] = args.malloc_conf
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", lib, name,
            "--size", args.size, "--reps", str(args.reps), "--threads", str(args.threads)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -348,6 +350,9 @@ def main(argv=None):
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--jemalloc", action="store_true",
                         help="LD_PRELOAD libjemalloc.so.2 (Debian package libjemalloc2) in every worker")
+    parser.add_argument("--malloc-conf", default=None,
+                        help="MALLOC_CONF for jemalloc in every worker, e.g. 'dirty_decay_ms:-1,muzzy_decay_ms:-1' "
+                             "(keep freed pages: PyG then stops re-faulting its E x C tensors)")
     parser.add_argument("--render", metavar="JSON",
                         help="only rewrite compare.md and the plot from a compare.json of an earlier run")
     parser.add_argument("--worker", nargs=2, metavar=("LIB", "WORKLOAD"), help=argparse.SUPPRESS)
@@ -379,6 +384,8 @@ def main(argv=None):
         jemalloc = next((p for p in JEMALLOC_PATHS if os.path.exists(p)), None)
         if jemalloc is None:
             parser.error("--jemalloc: libjemalloc.so.2 not found (apt-get install libjemalloc2)")
+    elif args.malloc_conf:
+        parser.error("--malloc-conf needs --jemalloc")
 
     results = []
     for name in names:
@@ -400,7 +407,8 @@ def main(argv=None):
         "threads": args.threads,
         "reps": args.reps,
         "size": args.size,
-        "allocator": "jemalloc (LD_PRELOAD, both sides)" if jemalloc else "system malloc",
+        "allocator": (f"jemalloc (LD_PRELOAD, both sides{', MALLOC_CONF=' + args.malloc_conf if args.malloc_conf else ''})"
+                      if jemalloc else "system malloc"),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "numba": numba.__version__,

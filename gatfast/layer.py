@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import blas
@@ -383,7 +385,10 @@ class GATv2Layer:
         W_l, b_l = self._weights("l")
         xl = ws.empty("xl", (n, H, C), dtype)
         if self.share_weights:
-            _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
+            if sp.issparse(x):
+                _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
+            else:
+                _dense_projections(x, [(W_l, b_l, xl.reshape(n, H * C))])
             xr = xl
         else:
             W_r, b_r = self._weights("r")
@@ -395,8 +400,7 @@ class GATv2Layer:
                     xl.reshape(n, H * C), xr.reshape(n, H * C),
                 )
             else:
-                _linear_into(x, W_l, b_l, xl.reshape(n, H * C))
-                _linear_into(x, W_r, b_r, xr.reshape(n, H * C))
+                _dense_projections(x, [(W_l, b_l, xl.reshape(n, H * C)), (W_r, b_r, xr.reshape(n, H * C))])
 
         if training and self.dropout > 0.0:
             gen = self._rng if rng is None else rng
@@ -498,34 +502,37 @@ class GATv2Layer:
 
         x = cache.x
         x_t = x.T.tocsr() if sp.issparse(x) else None  # features by node, for the weight gradients
-        if self.share_weights:
+        grad_x = None
+        if x_t is None:  # dense x: both weight gradients, biases and grad_x by row chunks in parallel
+            grad_x = ws.empty("grad_x", x.shape, dtype)
+            if self.share_weights:
+                grad_xl += grad_xr
+                gW_l, gb_l, _, _ = _dense_backward(x, grad_xl, None, params["W_l"], None, grad_x, self.bias)
+            else:
+                gW_l, gb_l, gW_r, gb_r = _dense_backward(
+                    x, grad_xl, grad_xr, params["W_l"], params["W_r"], grad_x, self.bias
+                )
+                grads["W_r"] = gW_r
+                if self.bias:
+                    grads["b_r"] = gb_r
+            grads["W_l"] = gW_l
+            if self.bias:
+                grads["b_l"] = gb_l
+        elif self.share_weights:
             grad_xl += grad_xr
             grads["W_l"] = _weight_grad(grad_xl, x, x_t)
             if self.bias:
                 grads["b_l"] = grad_xl.sum(axis=0)
-            grad_x = None
-            if x_t is None:
-                grad_x = ws.empty("grad_x", x.shape, dtype)
-                np.matmul(grad_xl, params["W_l"], out=grad_x)
-        else:
-            if x_t is not None:  # both weight gradients in one pass over the sparse features
-                g_l = np.empty((x_t.shape[0], H * C), dtype)
-                g_r = np.empty((x_t.shape[0], H * C), dtype)
-                empty = np.zeros(0, dtype)
-                csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, grad_xl, grad_xr, empty, empty, g_l, g_r)
-                grads["W_l"] = np.ascontiguousarray(g_l.T)
-                grads["W_r"] = np.ascontiguousarray(g_r.T)
-            else:
-                grads["W_l"] = _weight_grad(grad_xl, x, x_t)
-                grads["W_r"] = _weight_grad(grad_xr, x, x_t)
+        else:  # sparse x: both weight gradients in one pass over its transpose
+            g_l = np.empty((x_t.shape[0], H * C), dtype)
+            g_r = np.empty((x_t.shape[0], H * C), dtype)
+            empty = np.zeros(0, dtype)
+            csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, grad_xl, grad_xr, empty, empty, g_l, g_r)
+            grads["W_l"] = np.ascontiguousarray(g_l.T)
+            grads["W_r"] = np.ascontiguousarray(g_r.T)
             if self.bias:
                 grads["b_l"] = grad_xl.sum(axis=0)
                 grads["b_r"] = grad_xr.sum(axis=0)
-            grad_x = None
-            if x_t is None:
-                grad_x = ws.empty("grad_x", x.shape, dtype)
-                np.matmul(grad_xl, params["W_l"], out=grad_x)
-                _matmul_add(grad_xr, params["W_r"], grad_x)
         if self.root_weight == "theta_n":
             gn = g_heads.reshape(n, H * C)
             grads["W_n"] = _weight_grad(gn, x, x_t)
@@ -550,6 +557,81 @@ def _linear(x, W, b):
     out = np.empty((x.shape[0], W.shape[0]), W.dtype)
     _linear_into(x, W, b, out)
     return out
+
+
+# Dense products are split into chunks of rows run on up to numba.get_num_threads()
+# Python threads, each a one-thread BLAS call (NumPy releases the GIL inside BLAS).
+# The chunks are fixed by the row count alone, so sums over rows (weight gradients)
+# run in the same order, to the bit, for any thread count.
+ROW_CHUNK = 16384
+_POOLS = {}
+
+
+def _row_chunks(n):
+    return [(start, min(n, start + ROW_CHUNK)) for start in range(0, n, ROW_CHUNK)] or [(0, 0)]
+
+
+def _run_chunks(task, chunks):
+    """``[task(start, stop) for each chunk]``, the chunks spread over the Numba thread count."""
+    workers = min(numba.get_num_threads(), len(chunks))
+    if workers <= 1:
+        return [task(*c) for c in chunks]
+    pool = _POOLS.get(workers)
+    if pool is None:
+        pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="gatfast-blas")
+    return list(pool.map(lambda c: task(*c), chunks))
+
+
+def _dense_projections(x, pairs):
+    """``out[...] = x @ W.T + b`` for every ``(W, b, out)`` in ``pairs``, by row chunks in parallel."""
+
+    def task(start, stop):
+        for W, b, out in pairs:
+            np.matmul(x[start:stop], W.T, out=out[start:stop])
+            if b is not None:
+                out[start:stop] += b
+
+    _run_chunks(task, _row_chunks(x.shape[0]))
+
+
+def _dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
+    """Weight (and bias) gradients ``grad.T @ x`` of both projections and ``grad_x = grad_l @ W_l + grad_r @ W_r``.
+
+    ``grad_r`` / ``W_r`` may be None (shared weights). Per chunk of rows: the
+    partial weight gradients and the rows of ``grad_x``; the partials are then
+    added in chunk order. Returns ``(gW_l, gb_l, gW_r, gb_r)`` (None where absent).
+    """
+    chunks = _row_chunks(x.shape[0])
+
+    def task(start, stop):
+        xs = x[start:stop]
+        parts = []
+        for g in (grad_l, grad_r):
+            if g is None:
+                parts.append((None, None))
+                continue
+            gs = g[start:stop]
+            parts.append((gs.T @ xs, gs.sum(axis=0) if with_bias else None))
+        if grad_x is not None:
+            np.matmul(grad_l[start:stop], W_l, out=grad_x[start:stop])
+            if grad_r is not None:
+                _matmul_add(grad_r[start:stop], W_r, grad_x[start:stop])
+        return parts
+
+    results = _run_chunks(task, chunks)
+    out = []
+    for side in range(2):
+        for item in range(2):
+            vals = [r[side][item] for r in results]
+            if vals[0] is None:
+                out.append(None)
+                continue
+            total = vals[0]
+            for v in vals[1:]:
+                total = total + v  # chunk order: fixed
+            out.append(total)
+    gW_l, gb_l, gW_r, gb_r = out
+    return gW_l, gb_l, gW_r, gb_r
 
 
 def _linear_into(x, W, b, out):
