@@ -563,12 +563,13 @@ def _linear(x, W, b):
 # Python threads, each a one-thread BLAS call (NumPy releases the GIL inside BLAS).
 # The chunks are fixed by the row count alone, so sums over rows (weight gradients)
 # run in the same order, to the bit, for any thread count.
-ROW_CHUNK = 16384
+MIN_ROW_CHUNK = 2048  # rows; at most 32 chunks above 65,536 rows
 _POOLS = {}
 
 
 def _row_chunks(n):
-    return [(start, min(n, start + ROW_CHUNK)) for start in range(0, n, ROW_CHUNK)] or [(0, 0)]
+    size = max(MIN_ROW_CHUNK, -(-n // 32))
+    return [(start, min(n, start + size)) for start in range(0, n, size)] or [(0, 0)]
 
 
 def _run_chunks(task, chunks):
