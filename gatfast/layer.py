@@ -7,6 +7,7 @@ the math is in ``docs/MATH.md``.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -577,9 +578,10 @@ def _run_chunks(task, chunks):
     workers = min(numba.get_num_threads(), len(chunks))
     if workers <= 1:
         return [task(*c) for c in chunks]
-    pool = _POOLS.get(workers)
+    key = (os.getpid(), workers)  # a forked child must not use its parent's (dead) threads
+    pool = _POOLS.get(key)
     if pool is None:
-        pool = _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="gatfast-blas")
+        pool = _POOLS[key] = ThreadPoolExecutor(workers, thread_name_prefix="gatfast-blas")
     return list(pool.map(lambda c: task(*c), chunks))
 
 
