@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _validate as V
+from ._validate import all_finite
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "clip_grad_norm"]
 
@@ -45,7 +46,7 @@ def _check_grad(grad, name, param):
         raise TypeError(f"grads[{name!r}] must be a floating-point array, got dtype {arr.dtype}")
     if arr.shape != param.shape:
         raise ValueError(f"grads[{name!r}] must have shape {param.shape} like the parameter, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if not all_finite(arr):
         raise ValueError(f"grads[{name!r}] must be finite, but contains NaN or inf")
     return arr.astype(param.dtype, copy=False)
 

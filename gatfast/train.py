@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _validate as V
 from . import nn
+from ._validate import all_finite
 from .checkpoint import save_checkpoint
 from .data import GraphDataset, NodeDataset, load_dataset
 from .model import GATv2Network
@@ -40,7 +41,7 @@ class _NonFiniteOutput(ValueError):
 
 
 def _finite_output(out, where):
-    if not np.all(np.isfinite(out)):
+    if not all_finite(out):
         raise _NonFiniteOutput(f"the model output {where} contains NaN or inf")
     return out
 
@@ -114,7 +115,7 @@ def make_optimizer(name, params, lr, weight_decay=0.0, momentum=0.0, nesterov=Fa
 
 def _check_finite_grads(grads, epoch):
     for name, g in grads.items():
-        if g is not None and name != "x" and not np.all(np.isfinite(g)):
+        if g is not None and name != "x" and not all_finite(g):
             raise TrainingDiverged(epoch, f"the gradient of {name}")
 
 
@@ -140,7 +141,7 @@ def _check_finite_inputs(ds):
     xs = [ds.x] if isinstance(ds, NodeDataset) else ds.xs
     for x in xs:
         values = x.data if hasattr(x, "tocsr") else np.asarray(x)
-        if not np.all(np.isfinite(values)):
+        if not all_finite(values):
             raise ValueError(f"the features of dataset {ds.name!r} must be finite, but contain NaN or inf")
     if not ds.num_classes:
         ys = [ds.y] if isinstance(ds, NodeDataset) else ds.y
@@ -151,7 +152,7 @@ def _check_finite_inputs(ds):
 def _check_finite_params(params, epoch):
     # a finite gradient times a huge learning rate can still overflow a parameter
     for name, p in params.items():
-        if not np.all(np.isfinite(p)):
+        if not all_finite(p):
             raise TrainingDiverged(epoch, f"parameter {name} after the update")
 
 
@@ -468,7 +469,7 @@ def _step(model, optimizer, graph, x, graph_ptr, loss_fn, rng, theta_r, clip_nor
     update if the output, the loss or a gradient is not finite.
     """
     out, cache = model.forward(graph, x, graph_ptr, training=True, rng=rng)
-    if not np.all(np.isfinite(out)):
+    if not all_finite(out):
         raise TrainingDiverged(epoch, "the model output")
     loss, grad = loss_fn(out)
     if not np.isfinite(loss):
