@@ -32,9 +32,10 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from gatfast._io import atomic_save_figure, atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -288,19 +289,6 @@ def markdown(rows, curves, meta):
     return "\n".join(lines)
 
 
-def _write_atomic(path, data, mode="w"):
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, mode) as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def plot(curves, path):
     """Log-log plot of fwd+bwd time against degree; returns False without matplotlib."""
     try:
@@ -323,16 +311,10 @@ def plot(curves, path):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        atomic_save_figure(fig, path)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return True
 
 
@@ -434,7 +416,7 @@ def write_outputs(results, names, meta, out):
     curves = degree_curves(results)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(rows, curves, meta)
-    _write_atomic(out / "compare.md", table)
+    atomic_write_text(out / "compare.md", table)
     slopes = {label: {"all": fit_slope(d, t), "last_two": fit_slope(d[-2:], t[-2:])}
               for label, (d, t) in curves.items()}
     extra = pairwise_extra(curves)
@@ -442,7 +424,7 @@ def write_outputs(results, names, meta, out):
         slopes["pairwise minus linear"] = {"all": fit_slope(*extra), "last_two": fit_slope(extra[0][-2:], extra[1][-2:])}
     raw = {"meta": meta, "results": results, "slopes": slopes,
            "summary": [{k: v for k, v in row.items() if k not in ("gatfast", "pyg")} for row in rows]}
-    _write_atomic(out / "compare.json", json.dumps(raw, indent=1))
+    atomic_write_text(out / "compare.json", json.dumps(raw, indent=1))
     if curves and not plot(curves, out / "degree_sweep.png"):
         print("matplotlib is not installed: no degree_sweep.png", file=sys.stderr)
     print()
