@@ -11,6 +11,15 @@ import scipy.sparse as sp
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+class NonFiniteError(ValueError):
+    """An array argument holds NaN or inf.
+
+    A ValueError like every other bad-input error; its own class lets the
+    training loop tell an overflowing hidden activation or update (training
+    diverged) from any other bad input without reading message text.
+    """
+
+
 def all_finite(arr):
     """True if a float array holds no NaN or inf.
 
@@ -85,7 +94,7 @@ def check_dense(value, name, shape, dtype):
         want = str(tuple("*" if s is None else s for s in shape)).replace("'", "")
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
     if not all_finite(arr):
-        raise ValueError(f"{name} must be finite, but contains NaN or inf")
+        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
@@ -100,7 +109,7 @@ def check_features(x, name, num_nodes, num_features, dtype):
             )
         csr = sp.csr_array(x, dtype=dtype)
         if not all_finite(csr.data):
-            raise ValueError(f"{name} must be finite, but contains NaN or inf")
+            raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
         return csr
     arr = np.asarray(x)
     if arr.dtype == object:
@@ -117,7 +126,7 @@ def check_features(x, name, num_nodes, num_features, dtype):
             f"{name} must have in_features = {num_features} columns, got {arr.shape[1]}"
         )
     if not all_finite(arr):
-        raise ValueError(f"{name} must be finite, but contains NaN or inf")
+        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
     return np.ascontiguousarray(arr, dtype=dtype)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import _validate as V
-from ._validate import all_finite
+from ._validate import NonFiniteError, all_finite
 from .layer import glorot
 from .params import ParamDict
 
@@ -51,7 +51,7 @@ def _float_array(value, name, finite=True):
     if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
         raise TypeError(f"{name} must have a floating-point dtype, got {arr.dtype}")
     if finite and not all_finite(arr):
-        raise ValueError(f"{name} must be finite, but contains NaN or inf")
+        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
     return arr
 
 
@@ -239,7 +239,7 @@ def apply_dropout(x, p, rng):
             raise ValueError(f"x must be 2-D, got shape {x.shape}")
         csr = sp.csr_array(x)
         if not all_finite(csr.data):
-            raise ValueError("x must be finite, but contains NaN or inf")
+            raise NonFiniteError("x must be finite, but contains NaN or inf")
         if p == 0.0:
             return csr, np.ones(csr.data.shape, csr.dtype)
         mask = dropout_mask(rng, csr.data.shape, p, csr.dtype)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import _validate as V
-from ._validate import all_finite
+from ._validate import NonFiniteError, all_finite
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer", "clip_grad_norm"]
 
@@ -47,7 +47,7 @@ def _check_grad(grad, name, param):
     if arr.shape != param.shape:
         raise ValueError(f"grads[{name!r}] must have shape {param.shape} like the parameter, got {arr.shape}")
     if not all_finite(arr):
-        raise ValueError(f"grads[{name!r}] must be finite, but contains NaN or inf")
+        raise NonFiniteError(f"grads[{name!r}] must be finite, but contains NaN or inf")
     return arr.astype(param.dtype, copy=False)
 
 

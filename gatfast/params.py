@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import all_finite, check_dense
+from ._validate import NonFiniteError, all_finite, check_dense
 
 
 class ParamDict(dict):
@@ -58,7 +58,7 @@ class ParamDict(dict):
             if arr.dtype != self._dtype:
                 raise TypeError(f"params[{name!r}] must have dtype {self._dtype}, got {arr.dtype}")
             if not all_finite(arr):
-                raise ValueError(f"params[{name!r}] must be finite, but contains NaN or inf")
+                raise NonFiniteError(f"params[{name!r}] must be finite, but contains NaN or inf")
 
     def copy_arrays(self):
         """A plain dict of copies of the arrays."""

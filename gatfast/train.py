@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _validate as V
 from . import nn
-from ._validate import all_finite
+from ._validate import NonFiniteError, all_finite
 from .checkpoint import save_checkpoint
 from .data import GraphDataset, NodeDataset, load_dataset
 from .model import GATv2Network
@@ -124,16 +124,14 @@ def _divergence(epoch, what):
     """Report NaN/inf inside the model as divergence at ``epoch``.
 
     The layers validate their inputs, so an overflowing hidden activation
-    surfaces as a ValueError about finiteness; ``fit`` checked the dataset's
-    features and the parameters, so here it can only come from training.
+    surfaces as a NonFiniteError; ``fit`` checked the dataset's features and
+    the parameters, so here it can only come from training.
     """
     try:
         yield
     except _NonFiniteOutput:
         raise TrainingDiverged(epoch, what) from None
-    except ValueError as exc:
-        if "finite" not in str(exc):
-            raise
+    except NonFiniteError as exc:
         raise TrainingDiverged(epoch, what) from exc
 
 
