@@ -14,14 +14,13 @@ the benchmarks time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 import gatfast
 
-DATA_DIR = Path(__file__).resolve().parents[1] / "data"
+DATA_DIR = gatfast.data.DATA_DIR
 DTYPE = np.float32
 SIZES = ("full", "tiny")
 DEGREES = (4, 16, 64, 256)
@@ -112,7 +111,7 @@ def batched_graphs(num_graphs, low, high, avg_degree, rng):
 
 
 def load_cora():
-    """Cora from ``data/cora.npz``: graph (no loops), sparse features, labels, train mask."""
+    """Cora from the shipped ``cora.npz``: graph (no loops), sparse features, labels, train mask."""
     d = np.load(DATA_DIR / "cora.npz")
     x = sp.csr_array((d["x_data"], d["x_indices"], d["x_indptr"]), shape=tuple(d["x_shape"]))
     n = x.shape[0]
@@ -166,7 +165,7 @@ class GatfastRunner:
         self.w = w
         self.grad = w.grad_out()
         if w.kind == "train":
-            from gatfast.model import GATv2Network
+            from gatfast.models import GATv2Network
             from gatfast.optim import Adam
 
             self.model = GATv2Network(
@@ -203,7 +202,7 @@ class GatfastRunner:
     def train_step(self):
         """One optimisation step: forward (training mode), loss, backward, Adam."""
         if self.w.kind == "train":
-            from gatfast.nn import softmax_cross_entropy
+            from gatfast.models import softmax_cross_entropy
 
             logits, cache = self.model.forward(self.w.graph, self.w.x, training=True, rng=self.rng)
             loss, grad = softmax_cross_entropy(logits, self.w.y, self.w.train_mask)

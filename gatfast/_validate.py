@@ -142,3 +142,78 @@ def as_graph(graph, name="graph"):
         f"{name} must be a gatfast.CSRGraph or a square scipy.sparse matrix, "
         f"got {type(graph).__name__}"
     )
+
+
+# ---------------------------------------------------------------------- arrays of the models floor
+def float_array(value, name, finite=True):
+    """``value`` as a dense floating-point ndarray (no copy), or raise."""
+    if sp.issparse(value):
+        raise TypeError(f"{name} must be a dense array, got a scipy.sparse {type(value).__name__}")
+    arr = np.asarray(value)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
+        raise TypeError(f"{name} must have a floating-point dtype, got {arr.dtype}")
+    if finite and not all_finite(arr):
+        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
+    return arr
+
+
+def same_shape(arr, name, shape, ref_name):
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have the shape of {ref_name} {shape}, got {arr.shape}")
+
+
+def row_mask(mask, n, name="mask"):
+    """A boolean mask over ``n`` rows from a bool array or unique integer indices."""
+    if mask is None:
+        return None
+    if sp.issparse(mask):
+        raise TypeError(f"{name} must be a dense boolean or integer array, got scipy.sparse")
+    m = np.asarray(mask)
+    if m.dtype == bool:
+        if m.shape != (n,):
+            raise ValueError(f"{name} must be a boolean array of shape ({n},), got shape {m.shape}")
+        return m
+    if not np.issubdtype(m.dtype, np.integer):
+        raise TypeError(f"{name} must be a boolean mask or an integer index array, got dtype {m.dtype}")
+    if m.ndim != 1:
+        raise ValueError(f"{name} as indices must be 1-D, got shape {m.shape}")
+    if m.size and (m.min() < 0 or m.max() >= n):
+        raise ValueError(f"{name} indices must lie in [0, {n}), got values in [{m.min()}, {m.max()}]")
+    out = np.zeros(n, dtype=bool)
+    out[m] = True
+    if out.sum() != m.size:
+        raise ValueError(f"{name} indices must be unique")
+    return out
+
+
+def check_rng(rng, name="rng"):
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"{name} must be a numpy.random.Generator, got {type(rng).__name__}")
+    return rng
+
+
+def check_probability(p, name="p"):
+    return check_float(p, name, 0.0, 1.0, high_open=True)
+
+
+def check_graph_ptr(graph_ptr, num_nodes, name="graph_ptr"):
+    """Validate a graph pointer: int64 (num_graphs + 1,), from 0 to ``num_nodes``, non-decreasing.
+
+    Returns
+    -------
+    ndarray of int64
+    """
+    if sp.issparse(graph_ptr):
+        raise TypeError(f"{name} must be a 1-D integer array, got scipy.sparse")
+    ptr = np.asarray(graph_ptr)
+    if ptr.dtype == bool or not np.issubdtype(ptr.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array, got dtype {ptr.dtype}")
+    if ptr.ndim != 1 or ptr.size < 2:
+        raise ValueError(f"{name} must be 1-D with num_graphs + 1 >= 2 entries, got shape {ptr.shape}")
+    if ptr[0] != 0:
+        raise ValueError(f"{name} must start at 0, got {ptr[0]}")
+    if ptr[-1] != num_nodes:
+        raise ValueError(f"{name} must end at num_nodes = {num_nodes}, got {ptr[-1]}")
+    if np.any(np.diff(ptr) < 0):
+        raise ValueError(f"{name} must be non-decreasing")
+    return np.ascontiguousarray(ptr, dtype=np.int64)

@@ -1,108 +1,13 @@
-"""Pickle-free model checkpoints.
+"""Deprecated: moved to ``gatfast.training`` (this alias goes away in gatfast 0.3)."""
 
-A checkpoint is a ``.npz`` file (``numpy.savez``) with these entries:
+import warnings
 
-* ``format``: the string ``"gatfast-checkpoint"``;
-* ``version``: integer format version (currently 1);
-* ``config``: a JSON string ``{"model": <GATv2Network.get_config()>, "meta": {...}}``
-  where ``meta`` holds what is needed to use the model again (task,
-  number of classes, whether features were row-normalised, metrics...);
-* ``param/<name>``: one array per model parameter (``layers.0.W_l``, ...).
+from gatfast.training import load_checkpoint, save_checkpoint
 
-It loads with ``numpy.load(path, allow_pickle=False)``. Files are written to
-a temporary file in the target directory and renamed over the destination,
-so a crash never leaves a half-written checkpoint or damages an old one.
-"""
+__all__ = ["load_checkpoint", "save_checkpoint"]
 
-from __future__ import annotations
-
-import json
-import os
-
-import numpy as np
-
-from ._io import atomic_write
-
-FORMAT = "gatfast-checkpoint"
-VERSION = 1
-
-__all__ = ["save_checkpoint", "load_checkpoint"]
-
-
-def save_checkpoint(path, model, meta=None):
-    """Save ``model`` (a GATv2Network) and ``meta`` (a JSON-able dict) to ``path``.
-
-    Raises
-    ------
-    ValueError
-        If a parameter holds NaN or inf: a diverged model is never saved.
-    """
-    params = model.parameters()
-    for name, arr in params.items():
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"refusing to save a checkpoint: parameter {name!r} contains NaN or inf")
-    config = {"model": model.get_config(), "meta": dict(meta or {})}
-    arrays = {f"param/{k}": np.asarray(v) for k, v in params.items()}
-    arrays["format"] = np.array(FORMAT)
-    arrays["version"] = np.array(VERSION)
-    arrays["config"] = np.array(json.dumps(config, sort_keys=True))
-    atomic_write(path, lambda fh: np.savez(fh, **arrays))
-
-
-def load_checkpoint(path):
-    """Load a checkpoint written by :func:`save_checkpoint`.
-
-    Returns
-    -------
-    model : GATv2Network
-    meta : dict
-    """
-    from .model import GATv2Network
-
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"checkpoint file not found: {path}")
-    try:
-        z = np.load(path, allow_pickle=False)
-    except Exception as exc:  # zip errors, truncated files, pickled content
-        raise ValueError(f"{path} is not a gatfast checkpoint (.npz): {exc}") from exc
-    if not isinstance(z, np.lib.npyio.NpzFile):  # a plain .npy array
-        raise ValueError(f"{path} is not a gatfast checkpoint: it holds a single array, not an .npz archive")
-    with z:
-        keys = set(z.files)
-        try:  # every entry is read here: a damaged member raises on access
-            fmt = str(z["format"]) if "format" in keys else None
-            version = int(z["version"]) if "version" in keys else None
-            config = json.loads(str(z["config"])) if "config" in keys else None
-            params = {k[len("param/") :]: z[k] for k in keys if k.startswith("param/")}
-        except Exception as exc:  # bad JSON, non-integer version, pickled or corrupt members
-            raise ValueError(f"{path}: the checkpoint entries cannot be read ({exc})") from exc
-    if fmt != FORMAT:
-        raise ValueError(f"{path} is not a gatfast checkpoint: missing or wrong 'format' entry")
-    if version != VERSION:
-        raise ValueError(f"{path}: checkpoint version {version} is not supported (expected {VERSION})")
-    if (not isinstance(config, dict) or not isinstance(config.get("model"), dict)
-            or not isinstance(config.get("meta", {}), dict)):
-        raise ValueError(f"{path}: checkpoint 'config' entry is malformed: expected a JSON object "
-                         "{'model': {...}, 'meta': {...}}")
-    model_config, meta = config["model"], config.get("meta", {})
-    try:
-        model = GATv2Network(**model_config)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: checkpoint model configuration is incompatible: {exc}") from exc
-    expected = set(model.parameters())
-    if set(params) != expected:
-        missing = sorted(expected - set(params))
-        extra = sorted(set(params) - expected)
-        raise ValueError(
-            f"{path}: checkpoint parameters do not match its configuration "
-            f"(missing {missing}, unexpected {extra})"
-        )
-    for name, arr in params.items():
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)):
-            raise ValueError(f"{path}: checkpoint parameter {name!r} is not a finite floating-point array")
-    try:
-        model.load_parameters(params)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: checkpoint parameters do not match its configuration: {exc}") from exc
-    return model, meta
+warnings.warn(
+    "gatfast.checkpoint is deprecated and will be removed in gatfast 0.3; import from gatfast.training instead",
+    FutureWarning,
+    stacklevel=2,
+)

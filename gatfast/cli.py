@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 
+from .training.config import PRESETS, Option, TrainConfig
+
 __all__ = ["main", "build_parser"]
 
 
@@ -16,87 +18,100 @@ class CLIError(Exception):
     """A user error: printed without a traceback, exit status 2."""
 
 
-def _number(kind, accept, expected):
-    """An argparse type: parse with ``kind``, keep values for which ``accept`` holds."""
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the message, then where to find help (exit status 2)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _option_type(name, option):
+    """An argparse type that parses text as the option's kind and checks it with the config's rules."""
+    flag = "--" + name.replace("_", "-")
+    kind = {int: int, float: float}.get(option.kind, str)
 
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-        if not (np.isfinite(value) and accept(value)):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {value}")
-        return value
+            raise argparse.ArgumentTypeError(f"expected {_describe(option)}, got {text!r}") from None
+        try:
+            return option.check("the value", value)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
 
 
-_positive_int = _number(int, lambda v: v >= 1, "a whole number >= 1")
-_nonneg_int = _number(int, lambda v: v >= 0, "a whole number >= 0")
-_rate = _number(float, lambda v: 0.0 <= v < 1.0, "a number in [0, 1)")
-_positive_float = _number(float, lambda v: v > 0.0, "a positive number")
-_nonneg_float = _number(float, lambda v: v >= 0.0, "a number >= 0")
+def _describe(option):
+    if option.kind is int:
+        return "a whole number" + (f" >= {option.low:g}" if option.low is not None else "")
+    if option.kind is float:
+        return "a number"
+    return "a value"
+
+
+def _default_text(name, default):
+    """The default, and where a preset differs from it."""
+    parts = [f"default: {default}"]
+    for preset, values in PRESETS.items():
+        if name in values:
+            parts.append(f"preset {preset}: {values[name]}")
+    return "; ".join(parts)
+
+
+def _add_config_options(parser):
+    """One flag per TrainConfig field, grouped as in the dataclass.
+
+    Every default is ``argparse.SUPPRESS``: a flag not given sets nothing,
+    so the preset (chosen by the dataset, or by ``--preset``) decides.
+    """
+    groups = {}
+    for name, (default, option) in TrainConfig.options().items():
+        group = groups.get(option.group)
+        if group is None:
+            group = groups[option.group] = parser.add_argument_group(option.group)
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{option.help} ({_default_text(name, default)})"
+        if option.kind is bool:
+            if default:
+                group.add_argument("--no-" + name.replace("_", "-"), dest=name, action="store_const", const=False,
+                                   default=argparse.SUPPRESS, help=f"turn off: {help_text}")
+            else:
+                group.add_argument(flag, dest=name, action="store_const", const=True, default=argparse.SUPPRESS,
+                                   help=help_text)
+            continue
+        kwargs = dict(dest=name, default=argparse.SUPPRESS, help=help_text)
+        if option.choices is not None:
+            kwargs["choices"] = list(option.choices)
+        else:
+            kwargs["type"] = _option_type(name, option)
+            kwargs["metavar"] = "PATH" if option.kind is os.PathLike else name.upper()
+        group.add_argument(flag, **kwargs)
 
 
 def _add_train_options(p):
-    p.add_argument("--dataset", default="karate", metavar="PATH",
-                   help="'karate' (embedded, the default), a Planetoid/TU .npz file (see data/README.md "
-                        "for the formats), a shipped dataset name ('cora', 'mutag') or a generator "
-                        "('csbm', 'traffic_scenes')")
-    g = p.add_argument_group("model (unset options take the dataset's defaults: the GAT recipe for "
-                             "Planetoid files, see README)")
-    g.add_argument("--layers", type=_positive_int, help="number of GATv2 layers (recipe: 2)")
-    g.add_argument("--hidden", type=_positive_int, help="channels per head in hidden layers (recipe: 8)")
-    g.add_argument("--heads", type=_positive_int, help="attention heads in hidden layers (recipe: 8)")
-    g.add_argument("--out-heads", type=_positive_int, help="heads of the output layer, averaged (recipe: 1)")
-    g.add_argument("--activation", choices=["elu", "relu", "identity"], help="between layers (recipe: elu)")
-    g.add_argument("--dropout", type=_rate, help="feature dropout before every layer (recipe: 0.6)")
-    g.add_argument("--attention-dropout", type=_rate, help="dropout on attention weights (recipe: 0.6)")
-    g.add_argument("--residual", action="store_true", help="add a linear skip connection to every layer")
-    g.add_argument("--readout", choices=["mean", "sum", "max"],
-                   help="graph-level pooling for graph classification (default: sum)")
-    g.add_argument("--attention-activation", choices=["leaky_relu", "softplus"], default="leaky_relu",
-                   help="activation inside the attention score (softplus: GAT+)")
-    g.add_argument("--root-weight", choices=["theta_r", "theta_n"], default=None,
-                   help="GAT+ root weight instead of self loops in the attention")
-    g.add_argument("--no-normalize-features", dest="normalize_features", action="store_false",
-                   help="do not row-normalise Planetoid features (the recipe normalises)")
-    o = p.add_argument_group("optimisation")
-    o.add_argument("--optimizer", choices=["adam", "adamw", "sgd"], help="(recipe: adam)")
-    o.add_argument("--lr", type=_positive_float, help="learning rate (recipe: 0.005)")
-    o.add_argument("--weight-decay", type=_nonneg_float, help="L2 penalty, decoupled for adamw (recipe: 5e-4)")
-    o.add_argument("--momentum", type=_nonneg_float, default=0.0, help="SGD momentum (default: 0)")
-    o.add_argument("--nesterov", action="store_true", help="Nesterov momentum for SGD")
-    o.add_argument("--epochs", type=_positive_int, help="maximum epochs (recipe: 300)")
-    o.add_argument("--patience", type=_nonneg_int,
-                   help="early stopping patience in epochs, 0 disables (recipe: 100)")
-    o.add_argument("--batch-size", type=_positive_int, default=32, help="graphs per batch (graph datasets)")
-    o.add_argument("--clip-norm", type=_positive_float, help="clip the global gradient norm")
-    o.add_argument("--folds", type=_positive_int,
-                   help="k-fold cross-validation for graph classification (e.g. 10 for MUTAG)")
-    o.add_argument("--theta-r", choices=["linear", "pairwise"], default="linear",
-                   help="form of the Θ_R gradient term: O(N) rearranged or the paper's O(N²) pairwise sum")
-    o.add_argument("--seed", type=int, default=0, help="random seed (initialisation, dropout, batches)")
-    o.add_argument("--dtype", choices=["float32", "float64"], default="float32",
-                   help="floating-point type of features and parameters (default: float32)")
-    o.add_argument("--threads", type=_positive_int, help="Numba threads (default: all cores)")
-    r = p.add_argument_group("output")
-    r.add_argument("--save", metavar="PATH", help="write the trained model as a checkpoint (.npz)")
-    r.add_argument("--metrics-json", metavar="PATH", help="write the final metrics as JSON")
-    r.add_argument("--diagnose", action="store_true",
-                   help="record Θ_R gradient flow and gradient norms per epoch to a CSV (and a PNG plot "
-                        "when matplotlib is installed) next to --save, or in ./runs/")
-    r.add_argument("--quiet", action="store_true", help="print only the final metrics")
-    r.add_argument("--log-every", type=_positive_int, default=10, help="progress line every N epochs")
+    p.add_argument("--dataset", default="karate", metavar="NAME_OR_PATH",
+                   help="'karate' (embedded, the default), a shipped dataset ('cora', 'mutag'), a generator "
+                        "('csbm', 'traffic_scenes') or a Planetoid/TU .npz file (formats in docs/DATA.md)")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="start from this recipe instead of the dataset's own (gat: node classification, "
+                        "tu: graph classification, scenes: per-node regression on many graphs)")
+    _add_config_options(p)
+
+
+_positive_int = _option_type("value", Option("", "", int, low=1))
+_positive_float = _option_type("value", Option("", "", float, low=0.0, low_open=True))
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="gatfast",
         description="Train GATv2 graph attention networks on sparse graphs on the CPU, "
                     "with closed-form gradients in Numba kernels.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     p = sub.add_parser("train", help="train a model (default: the embedded karate club)",
@@ -155,50 +170,22 @@ def _print_metrics(metrics):
 
 
 def _cmd_train(args):
-    from .train import train
+    from .training import train
 
-    callback, recorder = None, None
-    if args.diagnose:
-        from .diagnostics import ThetaRFlowRecorder
-
-        base = os.path.splitext(args.save)[0] if args.save else os.path.join("runs", "diagnose")
-        os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
-        recorder = ThetaRFlowRecorder(base + "_diagnostics.csv")
-        callback = recorder.fit_callback()
-
-    # train() loads the dataset itself so that a checkpoint records where it came from
-    result = train(
-        args.dataset, layers=args.layers, hidden=args.hidden, heads=args.heads, out_heads=args.out_heads,
-        activation=args.activation, dropout=args.dropout, attention_dropout=args.attention_dropout,
-        residual=args.residual, readout=args.readout, optimizer=args.optimizer, lr=args.lr,
-        weight_decay=args.weight_decay, momentum=args.momentum, nesterov=args.nesterov, epochs=args.epochs,
-        patience=args.patience, batch_size=args.batch_size, clip_norm=args.clip_norm, theta_r=args.theta_r,
-        attention_activation=args.attention_activation, root_weight=args.root_weight,
-        normalize_features=args.normalize_features, folds=args.folds, seed=args.seed,
-        dtype=np.dtype(args.dtype), threads=args.threads, save=args.save, quiet=args.quiet,
-        log_every=args.log_every, callback=callback,
-    )
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "dataset", "preset")}
+    config = TrainConfig.preset(args.preset, **options) if args.preset else None
+    result = train(args.dataset, config, **options)
     print("final metrics:")
     _print_metrics(result.metrics)
-    if recorder is not None:
-        print(f"diagnostics written to {recorder.path}")
-        try:
-            png = os.path.splitext(recorder.path)[0] + ".png"
-            recorder.plot(png)
-            print(f"diagnostics plot written to {png}")
-        except ImportError:
-            print("matplotlib is not installed: no diagnostics plot (pip install gatfast[plot])")
-    if args.save:
-        print(f"model saved to {args.save}")
-    if args.metrics_json:
-        _write_json(args.metrics_json, result.metrics)
+    if result.config.save:
+        print(f"model saved to {result.config.save}")
     return 0
 
 
 def _cmd_evaluate(args):
-    from .checkpoint import load_checkpoint
+    from . import _runtime
     from .data import load_dataset
-    from .train import evaluate, num_threads
+    from .training import evaluate, load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
     source = args.dataset or meta.get("dataset")
@@ -215,7 +202,7 @@ def _cmd_evaluate(args):
     else:
         ds = load_dataset(source, **opts)
     splits = _saved_splits(meta, ds, same=args.dataset is None or _same_source(args.dataset, meta))
-    with num_threads(args.threads):
+    with _runtime.threads(args.threads):
         metrics = evaluate(model, ds, splits=splits)
     what = "" if splits is not None or not hasattr(ds, "graphs") else " (all graphs as the test split)"
     print(f"model {args.checkpoint} on {ds.name}{what}:")
@@ -226,9 +213,9 @@ def _cmd_evaluate(args):
 
 
 def _same_source(path, meta):
-    from .train import _dataset_source
+    from .training.run import dataset_source
 
-    return _dataset_source(path) == meta.get("dataset")
+    return dataset_source(path) == meta.get("dataset")
 
 
 def _saved_splits(meta, ds, same):
@@ -246,7 +233,7 @@ def _saved_splits(meta, ds, same):
 
 
 def _cmd_gradcheck(args):
-    from .gradcheck import gradcheck_layer
+    from .diagnostics import gradcheck_layer
 
     if args.nodes < 2:
         raise CLIError("--nodes must be >= 2")
@@ -263,7 +250,7 @@ def _cmd_gradcheck(args):
 
 
 def _cmd_experiment(args):
-    from .experiments import run_pitfall
+    from .diagnostics.pitfall import run_pitfall
 
     # one thread by default: these graphs are tiny, and parallel launch costs dominate
     run_pitfall(seeds=args.seeds, quick=args.quick, out_dir=args.out, threads=args.threads or 1)
@@ -276,7 +263,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     handlers = {"train": _cmd_train, "evaluate": _cmd_evaluate, "gradcheck": _cmd_gradcheck,
                 "experiment": _cmd_experiment}
-    from .train import TrainingDiverged
+    from .training import TrainingDiverged
 
     try:
         return handlers[args.command](args)

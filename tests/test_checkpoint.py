@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from gatfast._io import atomic_write_text
-from gatfast.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
 from gatfast.cli import main
-from gatfast.data import load_karate
-from gatfast.model import GATv2Network
-from gatfast.train import train
+from gatfast.data import DATA_DIR, load_karate
+from gatfast.models import GATv2Network
+from gatfast.training import train
+from gatfast.training.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_numba_thread")
 
@@ -77,8 +77,7 @@ def test_train_save_records_dataset_metrics_and_splits(tmp_path):
     assert meta["dataset"] == "karate" and meta["task"] == "node_classification"
     assert meta["metrics"]["train_accuracy"] == result.metrics["train_accuracy"]
     assert "splits" not in meta
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    mutag = os.path.join(root, "data", "mutag.npz")
+    mutag = str(DATA_DIR / "mutag.npz")
     result = train(mutag, epochs=1, layers=1, hidden=2, heads=1, quiet=True, save=path)
     _, meta = load_checkpoint(path)
     assert meta["dataset"] == os.path.abspath(mutag)  # a path evaluate can load again

@@ -11,17 +11,18 @@ import sys
 import numpy as np
 import pytest
 
-from gatfast.checkpoint import load_checkpoint
 from gatfast.cli import build_parser, main
-from gatfast.model import GATv2Network
+from gatfast.data import DATA_DIR
+from gatfast.models import GATv2Network
+from gatfast.training import load_checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORA = os.path.join(ROOT, "data", "cora.npz")
-KARATE = os.path.join(ROOT, "data", "karate.npz")
-MUTAG = os.path.join(ROOT, "data", "mutag.npz")
+CORA = str(DATA_DIR / "cora.npz")
+KARATE = str(DATA_DIR / "karate.npz")
+MUTAG = str(DATA_DIR / "mutag.npz")
 SMALL = ["--hidden", "4", "--heads", "2"]
-# ``gatfast.train`` is the function (re-exported by the package): fetch the module itself
-train_module = importlib.import_module("gatfast.train")
+# the module that builds the model and optimizer (spied on below)
+train_module = importlib.import_module("gatfast.training.run")
 
 
 pytestmark = pytest.mark.usefixtures("one_numba_thread")

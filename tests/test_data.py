@@ -22,7 +22,7 @@ from gatfast.data import (
     write_planetoid_npz,
 )
 
-REPO_DATA = Path(__file__).resolve().parent.parent / "data"
+REPO_DATA = DATA_DIR
 CORA = REPO_DATA / "cora.npz"
 MUTAG = REPO_DATA / "mutag.npz"
 # The read-only shared datasets sit beside the checkout (CI clones with ../shared next to it).

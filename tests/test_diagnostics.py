@@ -283,7 +283,7 @@ def test_recorder_writes_csv_and_plot(tmp_path):
 
 
 def test_network_flows_match_per_layer_brute_force():
-    model_mod = pytest.importorskip("gatfast.model")
+    model_mod = pytest.importorskip("gatfast.models")
     from gatfast.diagnostics import theta_r_flow_network
 
     rng = np.random.default_rng(11)
@@ -308,7 +308,7 @@ def test_network_flows_match_per_layer_brute_force():
 
 def test_pitfall_experiment_quick(tmp_path):
     """Smoke test of the experiment: files, one row per run, definitions applied as documented."""
-    experiments = pytest.importorskip("gatfast.experiments")
+    experiments = pytest.importorskip("gatfast.diagnostics.pitfall")
     res = experiments.run_pitfall(seeds=2, quick=True, out_dir=tmp_path, variants=["GATv2", "theta_r"],
                                   archs=["1 layer"], quiet=True)
     assert len(res.runs) == 4 and len(res.table) == 2

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 
 from gatfast import GATv2Classifier
 from gatfast.data import load_karate, make_csbm
-from gatfast.train import TrainingDiverged
+from gatfast.training import TrainingDiverged
 
 LEARNED = {"model_", "classes_", "n_features_in_", "history_"}
 FAST = dict(hidden=4, heads=2, epochs=30, dropout=0.0, attention_dropout=0.0, lr=0.02)

@@ -8,9 +8,8 @@ import pytest
 import scipy.sparse as sp
 
 from gatfast import CSRGraph, batch_graphs
-from gatfast.layer import GATv2Layer
-from gatfast.model import GATv2Network
-from gatfast.nn import Linear
+from gatfast.layers import GATv2Layer
+from gatfast.models import GATv2Network, Linear
 
 SEED = 1234
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from gatfast import CSRGraph
-from gatfast.model import GATv2Network
-from gatfast.nn import softmax_cross_entropy
+from gatfast.models import GATv2Network, softmax_cross_entropy
 from gatfast.optim import SGD, Adam, AdamW, clip_grad_norm
 
 SHAPES = {"layers.0.W_l": (4, 3), "layers.0.bias": (5,), "head.weight": (2, 2, 2)}

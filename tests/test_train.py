@@ -6,8 +6,9 @@ import pytest
 import gatfast
 from gatfast.data import GraphDataset, load_dataset, make_csbm, make_traffic_scenes
 from gatfast.graph import CSRGraph
-from gatfast.model import GATv2Network
-from gatfast.train import TrainingDiverged, evaluate, fit, make_optimizer, train
+from gatfast.models import GATv2Network
+from gatfast.optim import make_optimizer
+from gatfast.training import TrainingDiverged, evaluate, fit, train
 
 SMALL = dict(hidden=4, heads=2, dropout=0.0, attention_dropout=0.0)
 

@@ -1,17 +1,17 @@
-"""Tests for gatfast.nn: finite differences in float64, torch cross-checks, bad input."""
+"""Tests for the models floor (activations, dropout, losses, pooling, Linear): finite differences in float64, torch cross-checks, bad input."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gatfast.nn import (
+from gatfast._validate import check_graph_ptr
+from gatfast.models import (
     ACTIVATIONS,
     Linear,
     accuracy,
     activation_backward,
     activation_forward,
     apply_dropout,
-    check_graph_ptr,
     dropout_backward,
     dropout_mask,
     global_pool,

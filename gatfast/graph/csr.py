@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["CSRGraph", "batch_graphs"]
+__all__ = ["CSRGraph"]
 
 
 def _as_index_array(value, name):
@@ -77,9 +77,7 @@ class CSRGraph:
             bad = int(np.flatnonzero(np.diff(indptr) < 0)[0])
             raise ValueError(f"indptr must be non-decreasing, but indptr[{bad + 1}] < indptr[{bad}]")
         if indptr[-1] != indices.size:
-            raise ValueError(
-                f"indptr[-1] must equal len(indices) = {indices.size}, got {indptr[-1]}"
-            )
+            raise ValueError(f"indptr[-1] must equal len(indices) = {indices.size}, got {indptr[-1]}")
         if indices.size and (indices.min() < 0 or indices.max() >= n):
             bad = indices[(indices < 0) | (indices >= n)][0]
             raise ValueError(f"indices must lie in [0, num_nodes={n}), found {bad}")
@@ -125,9 +123,7 @@ class CSRGraph:
             if num_nodes < 0:
                 raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
             if inferred > num_nodes:
-                raise ValueError(
-                    f"edge_index refers to node {inferred - 1} but num_nodes is {num_nodes}"
-                )
+                raise ValueError(f"edge_index refers to node {inferred - 1} but num_nodes is {num_nodes}")
         src, dst = ei[0], ei[1]
         order = np.argsort(dst, kind="stable")
         indptr = np.zeros(int(num_nodes) + 1, dtype=np.int64)
@@ -259,34 +255,3 @@ class CSRGraph:
         )
 
     __hash__ = None
-
-
-def batch_graphs(graphs):
-    """Join many graphs into one block-diagonal graph.
-
-    Parameters
-    ----------
-    graphs : sequence of CSRGraph
-
-    Returns
-    -------
-    graph : CSRGraph
-        Node ``k`` of graph ``g`` becomes node ``graph_ptr[g] + k``.
-    graph_ptr : ndarray of int64, shape (len(graphs) + 1,)
-        Nodes of graph ``g`` are ``graph_ptr[g]:graph_ptr[g + 1]``.
-    """
-    graphs = list(graphs)
-    if not graphs:
-        raise ValueError("graphs must contain at least one CSRGraph, got none")
-    for k, g in enumerate(graphs):
-        if not isinstance(g, CSRGraph):
-            raise TypeError(f"graphs[{k}] must be a CSRGraph, got {type(g).__name__}")
-    sizes = np.array([g.num_nodes for g in graphs], dtype=np.int64)
-    nnzs = np.array([g.nnz for g in graphs], dtype=np.int64)
-    graph_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=graph_ptr[1:])
-    edge_ptr = np.zeros(len(graphs) + 1, dtype=np.int64)
-    np.cumsum(nnzs, out=edge_ptr[1:])
-    indptr = np.concatenate([[0]] + [g.indptr[1:] + edge_ptr[k] for k, g in enumerate(graphs)])
-    indices = np.concatenate([g.indices + graph_ptr[k] for k, g in enumerate(graphs)])
-    return CSRGraph(indptr.astype(np.int64), indices.astype(np.int64), int(graph_ptr[-1])), graph_ptr

@@ -1,0 +1,240 @@
+"""Dataset containers: one graph with node labels, or many small graphs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import _validate as V
+from ..graph import CSRGraph, batch_graphs
+
+__all__ = ["GRAPH_TASKS", "NODE_TASKS", "GraphDataset", "NodeDataset", "normalized", "row_normalize"]
+
+NODE_TASKS = ("node_classification", "node_regression")
+GRAPH_TASKS = ("graph_classification", "node_regression")
+
+
+@dataclass(eq=False)
+class NodeDataset:
+    """One graph with per-node features, labels and a train/val/test split.
+
+    Attributes
+    ----------
+    name : str
+    graph : CSRGraph
+        CSR by target; undirected data holds both directions.
+    x : ndarray or scipy.sparse.csr_array, shape (num_nodes, num_features)
+    y : ndarray, shape (num_nodes,)
+        int64 class labels, or float targets when ``task == "node_regression"``.
+    train_mask, val_mask, test_mask : ndarray of bool, shape (num_nodes,)
+    num_classes : int
+        Number of classes; 0 for regression.
+    task : {"node_classification", "node_regression"}
+    """
+
+    name: str
+    graph: CSRGraph
+    x: object
+    y: np.ndarray
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    num_classes: int
+    task: str = "node_classification"
+
+    def __post_init__(self):
+        V.check_choice(self.task, "task", NODE_TASKS)
+        if not isinstance(self.graph, CSRGraph):
+            raise TypeError(f"graph must be a gatfast.CSRGraph, got {type(self.graph).__name__}")
+        n = self.graph.num_nodes
+        if self.x.ndim != 2 or self.x.shape[0] != n:
+            raise ValueError(f"x must have shape ({n}, num_features), got {self.x.shape}")
+        if len(self.y) != n:
+            raise ValueError(f"y must have one entry per node ({n}), got {len(self.y)}")
+        for name in ("train_mask", "val_mask", "test_mask"):
+            mask = getattr(self, name)
+            if mask.dtype != bool or mask.shape != (n,):
+                raise ValueError(
+                    f"{name} must be a bool array of shape ({n},), got {mask.dtype} {mask.shape}"
+                )
+
+    @property
+    def num_nodes(self):
+        """Number of nodes."""
+        return self.graph.num_nodes
+
+    @property
+    def num_features(self):
+        """Number of feature columns."""
+        return int(self.x.shape[1])
+
+    def __repr__(self):
+        split = "/".join(str(int(m.sum())) for m in (self.train_mask, self.val_mask, self.test_mask))
+        return (
+            f"NodeDataset(name={self.name!r}, num_nodes={self.num_nodes}, nnz={self.graph.nnz}, "
+            f"num_features={self.num_features}, num_classes={self.num_classes}, "
+            f"task={self.task!r}, train/val/test={split})"
+        )
+
+
+@dataclass(eq=False)
+class GraphDataset:
+    """Many small graphs, each with dense node features.
+
+    Attributes
+    ----------
+    name : str
+    graphs : list of CSRGraph
+    xs : list of ndarray
+        ``xs[g]`` has shape ``(graphs[g].num_nodes, num_features)``.
+    y : ndarray or list of ndarray
+        ``"graph_classification"``: int64 label per graph, shape (num_graphs,).
+        ``"node_regression"``: a list with one float array per graph,
+        ``y[g]`` of shape ``(graphs[g].num_nodes, num_targets)``.
+    num_classes : int
+        Number of graph classes; 0 for regression.
+    task : {"graph_classification", "node_regression"}
+    """
+
+    name: str
+    graphs: list
+    xs: list
+    y: object
+    num_classes: int
+    task: str = "graph_classification"
+
+    def __post_init__(self):
+        V.check_choice(self.task, "task", GRAPH_TASKS)
+        if len(self.graphs) != len(self.xs) or len(self.graphs) != len(self.y):
+            raise ValueError(
+                f"graphs, xs and y must have the same length, got "
+                f"{len(self.graphs)}, {len(self.xs)} and {len(self.y)}"
+            )
+        for g, (graph, x) in enumerate(zip(self.graphs, self.xs)):
+            if x.ndim != 2 or x.shape[0] != graph.num_nodes:
+                raise ValueError(f"xs[{g}] must have shape ({graph.num_nodes}, num_features), got {x.shape}")
+            if self.task == "node_regression" and len(self.y[g]) != graph.num_nodes:
+                raise ValueError(
+                    f"y[{g}] must have one row per node ({graph.num_nodes}), got {len(self.y[g])}"
+                )
+
+    def __len__(self):
+        return len(self.graphs)
+
+    @property
+    def num_features(self):
+        """Number of node feature columns."""
+        return int(self.xs[0].shape[1]) if self.xs else 0
+
+    @property
+    def num_targets(self):
+        """Columns of the per-node targets (regression), else 0."""
+        if self.task != "node_regression" or not self.y:
+            return 0
+        return int(self.y[0].shape[1])
+
+    def _indices(self, indices):
+        idx = np.asarray(indices)
+        if idx.size == 0:
+            raise ValueError("indices must hold at least one graph id, got none")
+        if idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"indices must be an integer array, got dtype {idx.dtype}")
+        if idx.ndim != 1:
+            raise ValueError(f"indices must be a 1-D array, got shape {idx.shape}")
+        if idx.min() < 0 or idx.max() >= len(self):
+            raise ValueError(f"indices must lie in [0, {len(self)}), got min {idx.min()} max {idx.max()}")
+        return idx.astype(np.int64)
+
+    def batch(self, indices):
+        """Join the graphs ``indices`` into one block-diagonal graph.
+
+        Parameters
+        ----------
+        indices : array_like of int
+            Graph ids, in the order they appear in the batch.
+
+        Returns
+        -------
+        graph : CSRGraph
+        x : ndarray, shape (total_nodes, num_features)
+        graph_ptr : ndarray of int64, shape (len(indices) + 1,)
+            Nodes of the ``b``-th graph of the batch are ``graph_ptr[b]:graph_ptr[b + 1]``.
+        y : ndarray
+            Graph labels ``y[indices]`` (classification) or the stacked
+            per-node targets, shape (total_nodes, num_targets) (regression).
+        """
+        idx = self._indices(indices)
+        graph, graph_ptr = batch_graphs([self.graphs[i] for i in idx])
+        x = np.concatenate([self.xs[i] for i in idx], axis=0)
+        if self.task == "node_regression":
+            y = np.concatenate([self.y[i] for i in idx], axis=0)
+        else:
+            y = np.asarray(self.y)[idx]
+        return graph, x, graph_ptr, y
+
+    def folds(self, k=10, seed=0):
+        """Split the graphs into ``k`` folds, stratified by class.
+
+        Each class is shuffled and dealt round-robin over the folds, one class
+        after the other, so class proportions and fold sizes differ by at most
+        one graph. Regression datasets are shuffled without stratification.
+
+        Returns
+        -------
+        list of (train_idx, test_idx)
+            Sorted int64 arrays; every graph is in exactly one ``test_idx``.
+        """
+        k = V.check_int(k, "k", minimum=2)
+        if k > len(self):
+            raise ValueError(f"k must be <= the number of graphs ({len(self)}), got {k}")
+        rng = np.random.default_rng(seed)
+        if self.task == "node_regression":
+            order = rng.permutation(len(self))
+        else:
+            labels = np.asarray(self.y)
+            order = np.concatenate([rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)])
+        fold_of = np.empty(len(self), dtype=np.int64)
+        fold_of[order] = np.arange(len(self)) % k
+        return [(np.flatnonzero(fold_of != f), np.flatnonzero(fold_of == f)) for f in range(k)]
+
+    def __repr__(self):
+        n = sum(g.num_nodes for g in self.graphs)
+        return (
+            f"GraphDataset(name={self.name!r}, num_graphs={len(self)}, total_nodes={n}, "
+            f"num_features={self.num_features}, num_classes={self.num_classes}, task={self.task!r})"
+        )
+
+
+def row_normalize(x):
+    """Row-normalise non-negative features exactly as PyG's ``NormalizeFeatures``.
+
+    PyG shifts by the global minimum (0 for sparse non-negative data) and
+    divides each row by ``max(row_sum, 1)``: rows summing to 0 stay 0, and
+    rows summing to less than 1 are left unscaled. Binary bag-of-words
+    features (Cora, CiteSeer) therefore become rows summing to one.
+    Returns a new array; ``x`` is not modified.
+    """
+    if sp.issparse(x):
+        x = sp.csr_array(x, copy=True)
+        full = x.nnz == x.shape[0] * x.shape[1]
+        lo = x.data.min() if x.nnz else 0
+        lo = lo if full else min(lo, 0)
+        if lo < 0:
+            raise ValueError("x must be non-negative to normalise sparse features (a shift would densify)")
+        x.data -= lo
+        sums = np.asarray(x.sum(axis=1)).ravel()
+        x.data /= np.repeat(np.maximum(sums, 1), np.diff(x.indptr)).astype(x.dtype)
+        return x
+    x = np.asarray(x)
+    x = x - x.min() if x.size else x.copy()
+    return x / np.maximum(x.sum(axis=1, keepdims=True), 1)
+
+
+def normalized(ds):
+    """A copy of ``ds`` with row-normalised features (per graph for GraphDataset)."""
+    if isinstance(ds, NodeDataset):
+        return dataclasses.replace(ds, x=row_normalize(ds.x))
+    return dataclasses.replace(ds, xs=[row_normalize(x) for x in ds.xs])

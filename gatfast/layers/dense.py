@@ -1,0 +1,135 @@
+"""The layer's dense products: projections, weight gradients and input gradients.
+
+Dense products are split into chunks of rows run on up to
+``numba.get_num_threads()`` Python threads, each a one-thread BLAS call
+(NumPy releases the GIL inside BLAS). The chunks are fixed by the row count
+alone, so sums over rows (weight gradients) run in the same order, to the
+bit, for any thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg import blas
+
+from .._runtime import run_chunks
+from ..kernels import csr_dense_matmul
+
+__all__ = [
+    "bias_or_empty",
+    "dense_backward",
+    "dense_projections",
+    "linear",
+    "linear_into",
+    "matmul_add",
+    "row_chunks",
+    "weight_grad",
+]
+
+
+def bias_or_empty(b, dtype):
+    return np.zeros(0, dtype) if b is None else b
+
+
+def linear(x, W, b):
+    """``x @ W.T + b`` for dense or sparse ``x``, in ``W``'s dtype (a new array)."""
+    out = np.empty((x.shape[0], W.shape[0]), W.dtype)
+    linear_into(x, W, b, out)
+    return out
+
+
+MIN_ROW_CHUNK = 2048  # rows; at most 32 chunks above 65,536 rows
+
+
+def row_chunks(n):
+    size = max(MIN_ROW_CHUNK, -(-n // 32))
+    return [(start, min(n, start + size)) for start in range(0, n, size)] or [(0, 0)]
+
+
+def dense_projections(x, pairs):
+    """``out[...] = x @ W.T + b`` for every ``(W, b, out)`` in ``pairs``, by row chunks in parallel."""
+
+    def task(start, stop):
+        for W, b, out in pairs:
+            np.matmul(x[start:stop], W.T, out=out[start:stop])
+            if b is not None:
+                out[start:stop] += b
+
+    run_chunks(task, row_chunks(x.shape[0]))
+
+
+def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
+    """Weight (and bias) gradients ``grad.T @ x`` of both projections and ``grad_x = grad_l @ W_l + grad_r @ W_r``.
+
+    ``grad_r`` / ``W_r`` may be None (shared weights). Per chunk of rows: the
+    partial weight gradients and the rows of ``grad_x``; the partials are then
+    added in chunk order. Returns ``(gW_l, gb_l, gW_r, gb_r)`` (None where absent).
+    """
+    chunks = row_chunks(x.shape[0])
+
+    def task(start, stop):
+        xs = x[start:stop]
+        parts = []
+        for g in (grad_l, grad_r):
+            if g is None:
+                parts.append((None, None))
+                continue
+            gs = g[start:stop]
+            parts.append((gs.T @ xs, gs.sum(axis=0) if with_bias else None))
+        if grad_x is not None:
+            np.matmul(grad_l[start:stop], W_l, out=grad_x[start:stop])
+            if grad_r is not None:
+                matmul_add(grad_r[start:stop], W_r, grad_x[start:stop])
+        return parts
+
+    results = run_chunks(task, chunks)
+    out = []
+    for side in range(2):
+        for item in range(2):
+            vals = [r[side][item] for r in results]
+            if vals[0] is None:
+                out.append(None)
+                continue
+            total = vals[0]
+            for v in vals[1:]:
+                total = total + v  # chunk order: fixed
+            out.append(total)
+    gW_l, gb_l, gW_r, gb_r = out
+    return gW_l, gb_l, gW_r, gb_r
+
+
+def linear_into(x, W, b, out):
+    """``out[...] = x @ W.T + b``: BLAS for dense ``x``, a parallel CSR kernel for sparse ``x``."""
+    if sp.issparse(x):
+        bias = np.zeros(0, W.dtype) if b is None else b
+        csr_dense_matmul(x.indptr, x.indices, x.data, np.ascontiguousarray(W.T), bias, out)
+        return out
+    np.matmul(x, W.T, out=out)
+    if b is not None:
+        out += b
+    return out
+
+
+def matmul_add(a, b, c):
+    """``c += a @ b`` in place through BLAS gemm (beta = 1), with no temporary.
+
+    Row-major ``c`` is column-major ``c.T``, and ``c.T += b.T @ a.T``.
+    """
+    if c.size == 0 or a.shape[1] == 0:
+        return
+    gemm = blas.sgemm if c.dtype == np.float32 else blas.dgemm
+    res = gemm(1.0, b.T, a.T, beta=1.0, c=c.T, overwrite_c=True)
+    if not np.shares_memory(res, c):  # BLAS had to copy: write the result back
+        c[...] = res.T
+
+
+def weight_grad(grad, x, x_t=None):
+    """``grad.T @ x`` (out, F); for sparse ``x`` as ``(x_t @ grad).T`` with ``x_t = x.T`` in CSR."""
+    if x_t is not None:
+        g = np.empty((x_t.shape[0], grad.shape[1]), grad.dtype)
+        csr_dense_matmul(
+            x_t.indptr, x_t.indices, x_t.data, np.ascontiguousarray(grad), np.zeros(0, grad.dtype), g
+        )
+        return np.ascontiguousarray(g.T)
+    return grad.T @ x

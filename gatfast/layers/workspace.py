@@ -1,0 +1,58 @@
+"""Scratch arrays a layer keeps between calls."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+__all__ = ["Workspace"]
+
+
+class Workspace:
+    """Big arrays kept between calls, so a training loop does not pay for
+    fresh memory (page faults and zeroing) at every step.
+
+    An array is handed out again only when nothing outside the workspace
+    refers to it any more (its CPython reference count: no caller still holds
+    it, a view of it or a cache containing it), so results already returned
+    are never overwritten. Two arrays per key, because a training loop still
+    holds the previous step's cache and output while the next forward runs.
+    Not meant for concurrent calls on one layer from several Python threads.
+    """
+
+    SLOTS = 2
+
+    def __init__(self):
+        self._arrays = {}
+        self._source_targets = None
+
+    def empty(self, key, shape, dtype):
+        """An uninitialised array of ``shape`` and ``dtype``, reused when free."""
+        shape = tuple(int(s) for s in shape)
+        dtype = np.dtype(dtype)
+        slots = self._arrays.setdefault(key, [])
+        for arr in slots:
+            # references: the list, the loop variable and getrefcount's argument
+            if sys.getrefcount(arr) == 3 and arr.shape == shape and arr.dtype == dtype:
+                return arr
+        arr = np.empty(shape, dtype)
+        if len(slots) >= self.SLOTS:
+            slots.pop(0)  # the oldest; whoever still holds it keeps it alive
+        slots.append(arr)
+        return arr
+
+    def source_targets(self, graph):
+        """Targets of the edges in the graph's source-major order, built once per graph."""
+        cached = self._source_targets
+        if cached is None or cached[0] is not graph:
+            _, src_edges = graph.source_order()
+            targets = graph.targets()[src_edges]
+            targets.flags.writeable = False
+            self._source_targets = cached = (graph, targets)
+        return cached[1]
+
+    def clear(self):
+        """Drop every kept array."""
+        self._arrays.clear()
+        self._source_targets = None

@@ -1,0 +1,67 @@
+"""Elementwise activations between layers, with their gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as V
+
+__all__ = ["ACTIVATIONS", "activation_backward", "activation_forward"]
+
+
+ACTIVATIONS = ("elu", "relu", "identity")
+
+
+def activation_forward(name, x):
+    """Apply an elementwise activation.
+
+    Parameters
+    ----------
+    name : {"elu", "relu", "identity"}
+        ELU uses ``alpha = 1`` (the PyTorch/PyG default).
+    x : ndarray of float
+
+    Returns
+    -------
+    y : ndarray, same shape and dtype as ``x`` (a new array; ``x`` is untouched)
+    """
+    V.check_choice(name, "name", set(ACTIVATIONS))
+    x = V.float_array(x, "x")
+    if name == "identity":
+        return x.copy()
+    if name == "relu":
+        return np.maximum(x, x.dtype.type(0))
+    # min(x, 0) keeps expm1 from overflowing on large positive inputs
+    return np.where(x > 0, x, np.expm1(np.minimum(x, x.dtype.type(0))))
+
+
+def activation_backward(name, x, y, grad_y):
+    """Gradient of an activation: ``grad_x = grad_y * f'(x)``.
+
+    Parameters
+    ----------
+    name : {"elu", "relu", "identity"}
+    x, y : ndarray
+        Input and output of :func:`activation_forward` (``y`` is validated
+        but only used for its shape; the ELU slope ``exp(x)`` is computed
+        from ``x`` so it keeps full relative precision for very negative x).
+    grad_y : ndarray, same shape
+        Upstream gradient.
+
+    Returns
+    -------
+    grad_x : ndarray, same shape and dtype as ``grad_y``
+    """
+    V.check_choice(name, "name", set(ACTIVATIONS))
+    x = V.float_array(x, "x")
+    y = V.float_array(y, "y")
+    grad_y = V.float_array(grad_y, "grad_y")
+    V.same_shape(y, "y", x.shape, "x")
+    V.same_shape(grad_y, "grad_y", x.shape, "x")
+    if name == "identity":
+        return grad_y.copy()
+    zero = grad_y.dtype.type(0)
+    if name == "relu":
+        return np.where(x > 0, grad_y, zero)
+    slope = np.exp(np.minimum(x, x.dtype.type(0)))
+    return np.where(x > 0, grad_y, grad_y * slope.astype(grad_y.dtype, copy=False))

@@ -1,0 +1,100 @@
+"""Inverted dropout on dense arrays and on the stored values of sparse matrices."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import _validate as V
+
+__all__ = ["apply_dropout", "dropout_backward", "dropout_mask"]
+
+
+def dropout_mask(rng, shape, p, dtype):
+    """Inverted-dropout multipliers: ``keep / (1 - p)`` with ``P(keep) = 1 - p``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    shape : int or tuple of int
+    p : float in [0, 1)
+        Drop probability. With ``p == 0`` the mask is all ones and ``rng``
+        is not advanced.
+    dtype : numpy.float32 or numpy.float64
+
+    Returns
+    -------
+    mask : ndarray of ``dtype`` and ``shape``
+
+    Notes
+    -----
+    An element is kept when ``rng.random() >= p``, the rule the GATv2 layer
+    uses for attention dropout, so a seeded generator reproduces all masks.
+    """
+    V.check_rng(rng)
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (int(shape),)
+    if not isinstance(shape, tuple):
+        raise TypeError(f"shape must be an int or a tuple of ints, got {type(shape).__name__}")
+    shape = tuple(V.check_int(s, f"shape[{k}]", 0) for k, s in enumerate(shape))
+    p = V.check_probability(p)
+    dtype = V.check_dtype(dtype)
+    if p == 0.0:
+        return np.ones(shape, dtype)
+    keep = rng.random(shape) >= p
+    return (keep / (1.0 - p)).astype(dtype)
+
+
+def apply_dropout(x, p, rng):
+    """Inverted dropout on a dense array or on the stored values of a sparse matrix.
+
+    Parameters
+    ----------
+    x : ndarray or scipy.sparse matrix/array
+        A sparse ``x`` is never densified: the result is a new CSR array with
+        the same structure whose stored values are masked. (The implicit
+        zeros would stay zero under dropout anyway.)
+    p : float in [0, 1)
+    rng : numpy.random.Generator
+
+    Returns
+    -------
+    y : ndarray or scipy.sparse.csr_array
+        ``x * mask``. With ``p == 0``: ``x`` itself for dense input, its
+        CSR form for sparse input (never a modified copy).
+    mask : ndarray
+        Multipliers ``keep / (1 - p)``: the shape of ``x`` for dense input,
+        ``(y.nnz,)`` over ``y.data`` for sparse input.
+    """
+    p = V.check_probability(p)
+    V.check_rng(rng)
+    if sp.issparse(x):
+        if not np.issubdtype(x.dtype, np.floating):
+            raise TypeError(f"x must have a floating-point dtype, got {x.dtype}")
+        if x.ndim != 2:
+            raise ValueError(f"x must be 2-D, got shape {x.shape}")
+        csr = sp.csr_array(x)
+        if not V.all_finite(csr.data):
+            raise V.NonFiniteError("x must be finite, but contains NaN or inf")
+        if p == 0.0:
+            return csr, np.ones(csr.data.shape, csr.dtype)
+        mask = dropout_mask(rng, csr.data.shape, p, csr.dtype)
+        y = sp.csr_array((csr.data * mask, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+        return y, mask
+    x = V.float_array(x, "x")
+    if x.dtype not in V.FLOAT_DTYPES:
+        raise TypeError(f"x must be float32 or float64, got {x.dtype}")
+    mask = dropout_mask(rng, x.shape, p, x.dtype)
+    if p == 0.0:
+        return x, mask
+    return x * mask, mask
+
+
+def dropout_backward(grad_y, mask):
+    """Gradient of dense dropout: ``grad_y * mask``."""
+    grad_y = V.float_array(grad_y, "grad_y")
+    mask = V.float_array(mask, "mask")
+    V.same_shape(mask, "mask", grad_y.shape, "grad_y")
+    return grad_y * mask

@@ -1,0 +1,117 @@
+"""Losses with their gradients, and accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _validate as V
+
+__all__ = ["accuracy", "mse_loss", "softmax_cross_entropy"]
+
+
+def softmax_cross_entropy(logits, y, mask=None):
+    """Mean softmax cross-entropy over the selected rows, and its gradient.
+
+    Parameters
+    ----------
+    logits : ndarray of float, shape (n, num_classes)
+    y : ndarray of int, shape (n,)
+        Class labels; only the selected rows must lie in
+        ``[0, num_classes)`` (others, e.g. ``-1`` for unlabelled, are ignored).
+    mask : ndarray of bool (n,) or unique int indices, optional
+        Rows that count; default all rows. Must select at least one row.
+
+    Returns
+    -------
+    loss : float
+        ``mean_i (logsumexp(logits_i) - logits_i[y_i])`` over the selected rows.
+    grad_logits : ndarray, shape and dtype of ``logits``
+        ``(softmax(logits_i) - onehot(y_i)) / m`` on selected rows, zero elsewhere.
+    """
+    logits = V.float_array(logits, "logits")
+    if logits.ndim != 2 or logits.shape[1] < 1:
+        raise ValueError(f"logits must be 2-D (n, num_classes), got shape {logits.shape}")
+    n, c = logits.shape
+    y = _labels(y, n)
+    rows = V.row_mask(mask, n)
+    idx = np.arange(n) if rows is None else np.flatnonzero(rows)
+    if idx.size == 0:
+        raise ValueError("mask must select at least one row, got none")
+    yy = y[idx]
+    if yy.min() < 0 or yy.max() >= c:
+        bad = yy[(yy < 0) | (yy >= c)][0]
+        raise ValueError(f"y must lie in [0, num_classes={c}) on the selected rows, found {bad}")
+    z = logits[idx]
+    z = z - z.max(axis=1, keepdims=True)  # stable: exp never overflows
+    e = np.exp(z)
+    s = e.sum(axis=1, keepdims=True)
+    picked = z[np.arange(idx.size), yy]
+    loss = float(np.mean(np.log(s[:, 0]) - picked))
+    g = e / s
+    g[np.arange(idx.size), yy] -= 1
+    g /= logits.dtype.type(idx.size)
+    grad = np.zeros_like(logits)
+    grad[idx] = g
+    return loss, grad
+
+
+def _labels(y, n, name="y"):
+    y = np.asarray(y)
+    if y.dtype == bool or not np.issubdtype(y.dtype, np.integer):
+        raise TypeError(f"{name} must be an integer array of class labels, got dtype {y.dtype}")
+    if y.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},) (one label per row of logits), got {y.shape}")
+    return y
+
+
+def mse_loss(pred, target, mask=None):
+    """Mean squared error over the selected elements, and its gradient.
+
+    Parameters
+    ----------
+    pred, target : ndarray of float, same shape (n, ...)
+    mask : ndarray of bool, optional
+        Either over rows (shape ``(n,)``, or unique int row indices) or over
+        elements (the shape of ``pred``). Default: everything.
+
+    Returns
+    -------
+    loss : float
+        ``sum(mask * (pred - target)**2) / count``.
+    grad : ndarray, shape and dtype of ``pred``
+        ``2 (pred - target) / count`` on selected elements, zero elsewhere.
+    """
+    pred = V.float_array(pred, "pred")
+    target = V.float_array(target, "target")
+    if pred.ndim < 1:
+        raise ValueError("pred must have at least one dimension (rows)")
+    V.same_shape(target, "target", pred.shape, "pred")
+    diff = pred - target.astype(pred.dtype, copy=False)
+    if mask is None:
+        sel = np.ones(pred.shape, dtype=bool)
+    elif np.asarray(mask).dtype == bool and np.asarray(mask).shape == pred.shape:
+        sel = np.asarray(mask)
+    else:
+        rows = V.row_mask(mask, pred.shape[0])
+        sel = np.broadcast_to(rows.reshape((-1,) + (1,) * (pred.ndim - 1)), pred.shape)
+    count = int(sel.sum())
+    if count == 0:
+        raise ValueError("mask must select at least one element, got none")
+    diff = np.where(sel, diff, pred.dtype.type(0))
+    loss = float(np.sum(diff * diff) / count)
+    grad = diff * pred.dtype.type(2.0 / count)
+    return loss, grad
+
+
+def accuracy(logits, y, mask=None):
+    """Fraction of selected rows whose argmax equals the label (first max on ties)."""
+    logits = V.float_array(logits, "logits", finite=False)
+    if logits.ndim != 2 or logits.shape[1] < 1:
+        raise ValueError(f"logits must be 2-D (n, num_classes), got shape {logits.shape}")
+    n = logits.shape[0]
+    y = _labels(y, n)
+    rows = V.row_mask(mask, n)
+    idx = np.arange(n) if rows is None else np.flatnonzero(rows)
+    if idx.size == 0:
+        raise ValueError("mask must select at least one row, got none")
+    return float(np.mean(np.argmax(logits[idx], axis=1) == y[idx]))

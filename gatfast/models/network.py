@@ -1,0 +1,373 @@
+"""A stack of GATv2 layers with activations, dropout and an optional
+per-graph readout, with forward/backward through the whole stack."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import _validate as V
+from ..layers import THETA_R_FORMS, GATv2Layer
+from .activations import ACTIVATIONS, activation_backward, activation_forward
+from .dropout import apply_dropout
+from .linear import Linear
+from .pooling import POOL_MODES, global_pool, global_pool_backward
+
+__all__ = ["GATv2Network", "NetworkCache"]
+
+READOUTS = (None,) + POOL_MODES
+
+
+@dataclass
+class NetworkCache:
+    """What :meth:`GATv2Network.forward` keeps for the backward pass.
+
+    ``layer_caches[l]`` is the :class:`~gatfast.layer.LayerCache` of layer
+    ``l`` (its ``alpha`` holds that layer's attention); ``masks[l]`` the
+    feature-dropout multipliers applied to that layer's input (None when no
+    dropout was drawn); ``pre``/``post`` the values around each activation.
+    """
+
+    layer_caches: list = field(default_factory=list)
+    masks: list = field(default_factory=list)
+    pre: list = field(default_factory=list)
+    post: list = field(default_factory=list)
+    pool_cache: object = None
+    head_mask: np.ndarray = None
+    head_cache: object = None
+    out_shape: tuple = ()
+    dense_input: bool = True
+
+
+class GATv2Network:
+    """A GATv2 network: node-level (transductive) or graph-level (with readout).
+
+    Parameters
+    ----------
+    in_features : int
+        Input feature size.
+    hidden_features : int
+        Channels per head of the hidden layers.
+    out_features : int
+        Output size (number of classes or targets).
+    num_layers : int, default 2
+        Number of GATv2 layers (>= 1).
+    heads : int, default 8
+        Heads of every hidden layer (concatenated: width ``heads * hidden_features``).
+    out_heads : int, default 1
+        Heads of the output layer (averaged). Unused with ``readout``.
+    activation : {"elu", "relu", "identity"}, default "elu"
+        Applied after every hidden layer.
+    dropout : float, default 0.6
+        Feature dropout on the input of every layer (and of the readout
+        head), in training mode only. Sparse inputs stay sparse: only their
+        stored values are dropped.
+    attention_dropout : float, default 0.6
+        Each layer's attention dropout (``GATv2Layer(dropout=...)``).
+    residual, negative_slope, add_self_loops, share_weights, attention_activation, root_weight
+        Passed to every :class:`~gatfast.layer.GATv2Layer`.
+    readout : {None, "mean", "sum", "max"}, default None
+        None for node-level outputs; otherwise graph-level outputs by pooling.
+    dtype : numpy.float32 or numpy.float64, default float32
+    seed : int, optional
+        Seeds the initialisation of every layer and the model's own dropout
+        generator (independent streams spawned from one seed).
+
+    Notes
+    -----
+    With ``L = num_layers``, ``H = heads``, ``C = hidden_features``, and
+    ``drop`` the feature dropout (identity in evaluation mode):
+
+    ``readout=None`` (node level)::
+
+        h_0 = x
+        h_l = act(GATv2(h_{l-1} -> C, H heads, concat)(drop(h_{l-1})))   l = 1 .. L-1
+        out = GATv2(h_{L-1} -> out_features, out_heads heads, mean)(drop(h_{L-1}))
+
+    ``readout in {"mean", "sum", "max"}`` (graph level)::
+
+        h_l = act(GATv2(h_{l-1} -> C, H heads, concat)(drop(h_{l-1})))   l = 1 .. L
+        out = Linear(H*C -> out_features)(drop(pool(h_L, graph_ptr)))
+
+    The defaults with ``num_layers=2, heads=8, hidden_features=8`` are the
+    GAT recipe for Cora (Veličković et al., 2018), with GATv2 layers.
+
+    Attributes
+    ----------
+    layers : list of GATv2Layer
+    head : Linear or None
+        The readout's final linear layer.
+    """
+
+    def __init__(
+        self,
+        in_features,
+        hidden_features,
+        out_features,
+        num_layers=2,
+        heads=8,
+        out_heads=1,
+        activation="elu",
+        dropout=0.6,
+        attention_dropout=0.6,
+        residual=False,
+        negative_slope=0.2,
+        add_self_loops=True,
+        share_weights=False,
+        attention_activation="leaky_relu",
+        root_weight=None,
+        readout=None,
+        dtype=np.float32,
+        seed=None,
+    ):
+        self.in_features = V.check_int(in_features, "in_features", 1)
+        self.hidden_features = V.check_int(hidden_features, "hidden_features", 1)
+        self.out_features = V.check_int(out_features, "out_features", 1)
+        self.num_layers = V.check_int(num_layers, "num_layers", 1)
+        self.heads = V.check_int(heads, "heads", 1)
+        self.out_heads = V.check_int(out_heads, "out_heads", 1)
+        self.activation = V.check_choice(activation, "activation", set(ACTIVATIONS))
+        self.dropout = V.check_float(dropout, "dropout", 0.0, 1.0, high_open=True)
+        self.attention_dropout = V.check_float(
+            attention_dropout, "attention_dropout", 0.0, 1.0, high_open=True
+        )
+        self.residual = bool(residual)
+        self.negative_slope = V.check_float(negative_slope, "negative_slope")
+        self.add_self_loops = bool(add_self_loops)
+        self.share_weights = bool(share_weights)
+        self.attention_activation = attention_activation
+        self.root_weight = root_weight
+        if readout not in READOUTS:
+            raise ValueError(f"readout must be None, 'mean', 'sum' or 'max', got {readout!r}")
+        self.readout = readout
+        self.dtype = V.check_dtype(dtype)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise TypeError(f"seed must be None or an int, got {type(seed).__name__}")
+        if seed is not None and seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.seed = None if seed is None else int(seed)
+
+        # independent streams: one per layer, one for the head, one for dropout
+        streams = np.random.default_rng(self.seed).spawn(self.num_layers + 2)
+        common = dict(
+            negative_slope=self.negative_slope,
+            add_self_loops=self.add_self_loops,
+            share_weights=self.share_weights,
+            dtype=self.dtype,
+            dropout=self.attention_dropout,
+            residual=self.residual,
+            attention_activation=attention_activation,
+            root_weight=root_weight,
+        )
+        hidden_width = self.heads * self.hidden_features
+        self.layers = []
+        width = self.in_features
+        for l in range(self.num_layers):
+            last = l == self.num_layers - 1 and self.readout is None
+            if last:
+                layer = GATv2Layer(
+                    width, self.out_features, heads=self.out_heads, concat=False, seed=streams[l], **common
+                )
+            else:
+                layer = GATv2Layer(
+                    width, self.hidden_features, heads=self.heads, concat=True, seed=streams[l], **common
+                )
+            self.layers.append(layer)
+            width = hidden_width
+        self.head = None
+        if self.readout is not None:
+            self.head = Linear(hidden_width, self.out_features, dtype=self.dtype, seed=streams[-2])
+        self._rng = streams[-1]
+
+    # ------------------------------------------------------------------ parameters
+    def _modules(self):
+        mods = [(f"layers.{l}", layer) for l, layer in enumerate(self.layers)]
+        if self.head is not None:
+            mods.append(("head", self.head))
+        return mods
+
+    def _has_activation(self, l):
+        """Whether layer ``l`` is followed by the activation (all but a node-level output layer)."""
+        return self.readout is not None or l < self.num_layers - 1
+
+    def parameters(self):
+        """Flat dict ``{"layers.0.W_l": array, ..., "head.weight": array}``.
+
+        The values are the arrays the model computes with (not copies), so an
+        optimizer that updates them in place trains the model.
+        """
+        return {f"{prefix}.{k}": arr for prefix, mod in self._modules() for k, arr in mod.params.items()}
+
+    def num_parameters(self):
+        """Total number of scalar parameters."""
+        return int(sum(a.size for a in self.parameters().values()))
+
+    def load_parameters(self, params):
+        """Copy values into the model's parameter arrays (in place; arrays keep their identity).
+
+        Parameters
+        ----------
+        params : mapping
+            Exactly the keys of :meth:`parameters`, each an array of the
+            same shape. Everything is checked before anything is copied.
+        """
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params must be a mapping of name -> array, got {type(params).__name__}")
+        own = self.parameters()
+        missing = [k for k in own if k not in params]
+        if missing:
+            raise KeyError(f"params is missing {missing[0]!r} ({len(missing)} of {len(own)} keys missing)")
+        extra = [k for k in params if k not in own]
+        if extra:
+            raise KeyError(f"params has unexpected key {extra[0]!r}; expected the keys of parameters()")
+        checked = {k: V.check_dense(params[k], f"params[{k!r}]", own[k].shape, self.dtype) for k in own}
+        for k, arr in checked.items():
+            np.copyto(own[k], arr)
+
+    def get_config(self):
+        """Constructor arguments as a JSON-able dict: ``GATv2Network(**config)`` rebuilds the model."""
+        return {
+            "in_features": self.in_features,
+            "hidden_features": self.hidden_features,
+            "out_features": self.out_features,
+            "num_layers": self.num_layers,
+            "heads": self.heads,
+            "out_heads": self.out_heads,
+            "activation": self.activation,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "residual": self.residual,
+            "negative_slope": self.negative_slope,
+            "add_self_loops": self.add_self_loops,
+            "share_weights": self.share_weights,
+            "attention_activation": self.attention_activation,
+            "root_weight": self.root_weight,
+            "readout": self.readout,
+            "dtype": self.dtype.name,
+            "seed": self.seed,
+        }
+
+    def __repr__(self):
+        body = ", ".join(repr(layer) for layer in self.layers)
+        head = f", readout={self.readout!r}, head={self.head!r}" if self.head is not None else ""
+        return f"GATv2Network([{body}]{head})"
+
+    # ------------------------------------------------------------------ forward / backward
+    def forward(self, graph, x, graph_ptr=None, training=False, rng=None):
+        """Run the network.
+
+        Parameters
+        ----------
+        graph : CSRGraph or scipy.sparse matrix
+            CSR by target (a batch of graphs is one block-diagonal graph).
+        x : ndarray or scipy.sparse matrix, shape (num_nodes, in_features)
+        graph_ptr : ndarray of int, shape (num_graphs + 1,)
+            Required iff ``readout`` is set (see :func:`gatfast.batch_graphs`).
+        training : bool, default False
+            Apply feature and attention dropout.
+        rng : numpy.random.Generator, optional
+            Source of every dropout mask, drawn in a fixed order (layer by
+            layer: features, then attention; then the head's input). Defaults
+            to the model's own generator. A fresh generator with a fixed seed
+            reproduces all masks.
+
+        Returns
+        -------
+        out : ndarray
+            (num_nodes, out_features), or (num_graphs, out_features) with readout.
+        cache : NetworkCache
+        """
+        g = V.as_graph(graph)
+        x = V.check_features(x, "x", g.num_nodes, self.in_features, self.dtype)
+        if self.readout is not None:
+            if graph_ptr is None:
+                raise ValueError(f"graph_ptr is required with readout={self.readout!r}")
+            ptr = V.check_graph_ptr(graph_ptr, g.num_nodes)
+        elif graph_ptr is not None:
+            raise ValueError("graph_ptr must be None for a node-level model (readout=None)")
+        if rng is None:
+            rng = self._rng
+        elif not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        training = bool(training)
+        drop = training and self.dropout > 0.0
+
+        cache = NetworkCache(dense_input=not sp.issparse(x))
+        h = x
+        for l, layer in enumerate(self.layers):
+            mask = None
+            if drop:
+                h, mask = apply_dropout(h, self.dropout, rng)
+            out, lc = layer.forward(g, h, training=training, rng=rng)
+            cache.layer_caches.append(lc)
+            cache.masks.append(mask)
+            if self._has_activation(l):
+                post = activation_forward(self.activation, out)
+                cache.pre.append(out)
+                cache.post.append(post)
+                h = post
+            else:
+                h = out
+        if self.head is not None:
+            h, cache.pool_cache = global_pool(h, ptr, self.readout)
+            if drop:
+                h, cache.head_mask = apply_dropout(h, self.dropout, rng)
+            h, cache.head_cache = self.head.forward(h)
+        cache.out_shape = h.shape
+        return h, cache
+
+    __call__ = forward
+
+    def predict(self, graph, x, graph_ptr=None):
+        """Evaluation-mode output (no dropout), without the cache."""
+        return self.forward(graph, x, graph_ptr=graph_ptr, training=False)[0]
+
+    def backward(self, cache, grad_out, theta_r="linear"):
+        """Gradients of a scalar loss given ``grad_out = dL/d out``.
+
+        Parameters
+        ----------
+        cache : NetworkCache
+            From :meth:`forward` (with the parameters unchanged since).
+        grad_out : ndarray, shape of ``out``
+        theta_r : {"linear", "pairwise"}, default "linear"
+            Form of the Θ_R term in every layer (see ``docs/MATH.md``).
+
+        Returns
+        -------
+        grads : dict
+            The keys of :meth:`parameters`, plus ``"x"`` (the input gradient)
+            when the input was dense.
+        """
+        if not isinstance(cache, NetworkCache):
+            raise TypeError(f"cache must be the NetworkCache returned by forward, got {type(cache).__name__}")
+        V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
+        grad = V.check_dense(grad_out, "grad_out", cache.out_shape, self.dtype)
+        grads = {}
+        if self.head is not None:
+            hg = self.head.backward(cache.head_cache, grad)
+            for k in self.head.params:
+                grads[f"head.{k}"] = hg[k]
+            grad = hg["x"]
+            if cache.head_mask is not None:
+                grad = grad * cache.head_mask
+            grad = global_pool_backward(grad, cache.pool_cache)
+        act_index = len(cache.pre)
+        for l in range(self.num_layers - 1, -1, -1):
+            if self._has_activation(l):
+                act_index -= 1
+                grad = activation_backward(self.activation, cache.pre[act_index], cache.post[act_index], grad)
+            lg = self.layers[l].backward(cache.layer_caches[l], grad, theta_r=theta_r)
+            for k in self.layers[l].params:
+                grads[f"layers.{l}.{k}"] = lg[k]
+            grad = lg["x"]
+            if grad is not None and cache.masks[l] is not None:
+                grad = grad * cache.masks[l]
+        ordered = {k: grads[k] for k in self.parameters()}
+        if cache.dense_input:
+            ordered["x"] = grad
+        return ordered

@@ -1,0 +1,88 @@
+"""Adam and AdamW, as ``torch.optim.Adam`` and ``torch.optim.AdamW``."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _validate as V
+from .base import Optimizer, lerp_
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    """Adam, as ``torch.optim.Adam`` (``weight_decay`` is an L2 term added to the gradient).
+
+    Parameters
+    ----------
+    params : mapping name -> ndarray
+    lr : float, default 0.005
+    betas : (float, float), default (0.9, 0.999)
+        Each in [0, 1).
+    eps : float, default 1e-8
+    weight_decay : float, default 0
+    """
+
+    _hyper = ("lr", "beta1", "beta2", "eps", "weight_decay")
+    _state_keys = ("step", "exp_avg", "exp_avg_sq")
+    _decoupled = False
+
+    def __init__(self, params, lr=0.005, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        super().__init__(params)
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        self._set_hyper(lr, betas[0], betas[1], eps, weight_decay)
+
+    @property
+    def betas(self):
+        return (self.beta1, self.beta2)
+
+    def _set_hyper(self, lr, beta1, beta2, eps, weight_decay):
+        self.beta1 = V.check_float(beta1, "betas[0]", 0.0, 1.0, high_open=True)
+        self.beta2 = V.check_float(beta2, "betas[1]", 0.0, 1.0, high_open=True)
+        self.eps = V.check_float(eps, "eps", 0.0)
+        self.weight_decay = V.check_float(weight_decay, "weight_decay", 0.0)
+        self.lr = lr
+
+    def _update(self, name, p, grad, st):
+        if not st:
+            st["step"] = 0
+            st["exp_avg"] = np.zeros_like(p)
+            st["exp_avg_sq"] = np.zeros_like(p)
+        st["step"] += 1
+        step = st["step"]
+        if self.weight_decay != 0.0:
+            if self._decoupled:
+                p *= 1.0 - self.lr * self.weight_decay
+            else:
+                grad = grad + self.weight_decay * p
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        lerp_(m, grad, 1.0 - self.beta1)
+        v *= self.beta2
+        v += (1.0 - self.beta2) * (grad * grad)
+        bias_correction1 = 1.0 - self.beta1**step
+        bias_correction2 = 1.0 - self.beta2**step
+        step_size = self.lr / bias_correction1
+        denom = np.sqrt(v) / math.sqrt(bias_correction2) + p.dtype.type(self.eps)
+        p -= step_size * m / denom
+
+
+class AdamW(Adam):
+    """AdamW, as ``torch.optim.AdamW``: decoupled weight decay ``p *= 1 - lr wd``
+    before the Adam step.
+
+    Parameters
+    ----------
+    params : mapping name -> ndarray
+    lr : float, default 0.001
+    betas : (float, float), default (0.9, 0.999)
+    eps : float, default 1e-8
+    weight_decay : float, default 0.01
+    """
+
+    _decoupled = True
+
+    def __init__(self, params, lr=0.001, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)

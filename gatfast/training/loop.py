@@ -1,0 +1,289 @@
+"""The training loop: epochs, model selection, early stopping, divergence checks."""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._validate import NonFiniteError, all_finite
+from ..data import GraphDataset
+from ..models import mse_loss, softmax_cross_entropy
+from ..models.network import GATv2Network
+from ..optim import clip_grad_norm
+from .config import TrainConfig
+from .errors import NonFiniteOutput, TrainingDiverged
+from .evaluation import check_compatible, evaluate_splits, node_targets, task_metrics
+from .progress import Progress
+from .splits import check_splits, default_graph_splits
+
+__all__ = ["TrainResult", "fit"]
+
+
+@dataclass
+class TrainResult:
+    """Outcome of a training run.
+
+    Attributes
+    ----------
+    model : GATv2Network
+        The model, with the parameters of the best validation epoch restored.
+    metrics : dict
+        Final metrics of the restored model: ``train_accuracy``,
+        ``val_accuracy``, ``test_accuracy`` (classification) or
+        ``train_loss``, ``val_loss``, ``test_loss`` (regression), plus
+        ``epochs`` (epochs run), ``best_epoch`` and ``seconds``.
+    history : list of dict
+        One entry per epoch with the training loss and the metrics.
+    folds : list of dict
+        Per-fold metrics of k-fold cross-validation (empty otherwise).
+    splits : dict or None
+        Graph datasets: the graph ids of the ``train``, ``val`` and ``test``
+        splits (of the last fold with k-fold cross-validation).
+    config : TrainConfig or None
+        The options of the run.
+    """
+
+    model: GATv2Network
+    metrics: dict
+    history: list = field(default_factory=list)
+    folds: list = field(default_factory=list)
+    splits: dict = None
+    config: TrainConfig = None
+
+
+def _check_finite_grads(grads, epoch):
+    for name, g in grads.items():
+        if g is not None and name != "x" and not all_finite(g):
+            raise TrainingDiverged(epoch, f"the gradient of {name}")
+
+
+def _check_finite_params(params, epoch):
+    # a finite gradient times a huge learning rate can still overflow a parameter
+    for name, p in params.items():
+        if not all_finite(p):
+            raise TrainingDiverged(epoch, f"parameter {name} after the update")
+
+
+@contextmanager
+def _divergence(epoch, what):
+    """Report NaN/inf inside the model as divergence at ``epoch``.
+
+    The layers validate their inputs, so an overflowing hidden activation
+    surfaces as a NonFiniteError; ``fit`` checked the dataset's features and
+    the parameters, so here it can only come from training.
+    """
+    try:
+        yield
+    except NonFiniteOutput:
+        raise TrainingDiverged(epoch, what) from None
+    except NonFiniteError as exc:
+        raise TrainingDiverged(epoch, what) from exc
+
+
+def _check_finite_inputs(ds):
+    xs = ds.xs if isinstance(ds, GraphDataset) else [ds.x]
+    for x in xs:
+        values = x.data if hasattr(x, "tocsr") else np.asarray(x)
+        if not all_finite(values):
+            raise ValueError(f"the features of dataset {ds.name!r} must be finite, but contain NaN or inf")
+    if not ds.num_classes:
+        ys = ds.y if isinstance(ds, GraphDataset) else [ds.y]
+        if not all(np.all(np.isfinite(np.asarray(y, dtype=float))) for y in ys):
+            raise ValueError(f"the targets of dataset {ds.name!r} must be finite, but contain NaN or inf")
+
+
+def _better(metrics, best):
+    """Model selection: highest validation accuracy (lowest loss breaks ties), or lowest loss."""
+    if best is None:
+        return True
+    if "val_accuracy" in metrics and metrics["val_accuracy"] != best["val_accuracy"]:
+        return metrics["val_accuracy"] > best["val_accuracy"]
+    return metrics["val_loss"] < best["val_loss"]
+
+
+def _selection_metrics(metrics):
+    """The ``val_*`` metrics, or the ``train_*`` ones renamed when there is no validation split."""
+    if "val_loss" in metrics:
+        return {k: v for k, v in metrics.items() if k.startswith("val_")}
+    return {"val" + k[len("train") :]: v for k, v in metrics.items() if k.startswith("train_")}
+
+
+def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, stream=None, **options):
+    """Train ``model`` on ``dataset`` and restore the best validation epoch.
+
+    Parameters
+    ----------
+    model : GATv2Network
+    dataset : NodeDataset or GraphDataset
+    optimizer : SGD, Adam or AdamW
+        Built on ``model.parameters()``.
+    config : TrainConfig, optional
+        The loop reads ``epochs``, ``patience`` (GAT's rule: stop when
+        neither the validation accuracy nor the validation loss improved for
+        that many epochs; None never stops), ``theta_r``, ``clip_norm``,
+        ``batch_size`` (graph datasets), ``seed`` (dropout masks and batch
+        order), ``quiet`` and ``log_every``. Default: ``TrainConfig()``.
+    splits : dict, optional
+        Graph datasets: ``{"train": idx, "val": idx, "test": idx}``
+        (default: a seeded 80/10/10 split).
+    callback : callable, optional
+        ``callback(epoch, model, grads, row)`` once per epoch, after the
+        epoch's updates and evaluation (used for diagnostics). ``row`` is a
+        copy of the epoch's history entry plus ``"graph"`` and ``"x"``: the
+        whole graph (node datasets) or the epoch's first training batch
+        (graph datasets, with its ``"graph_ptr"``); ``grads`` are the
+        gradients of that step (of that batch).
+    stream : file object, optional
+        Where progress goes (default stdout).
+    **options
+        Fields of :class:`TrainConfig` that replace those of ``config``.
+
+    Returns
+    -------
+    TrainResult
+
+    Raises
+    ------
+    TrainingDiverged
+        When the loss, a gradient, a parameter or an activation becomes
+        NaN/inf (the message names the epoch); the model is left with the
+        best parameters found before (its initial ones if that was epoch 1).
+    """
+    config = (config or TrainConfig()).replace(**options)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    check_compatible(model, dataset)
+    _check_finite_inputs(dataset)
+    epochs, patience = config.epochs, config.patience
+    rng = np.random.default_rng(config.seed)
+    params = model.parameters()
+    t0 = time.perf_counter()
+    history, best, best_params, best_epoch = [], None, None, 0
+    best_acc, best_loss, since = -math.inf, math.inf, 0
+    graph_level = isinstance(dataset, GraphDataset)
+    if graph_level:
+        if splits is None:
+            splits = default_graph_splits(dataset, config.seed)
+        splits = check_splits(dataset, splits)
+
+    # the model never ends up with non-finite parameters: on divergence it
+    # gets the best parameters so far (its initial ones before any epoch)
+    initial = {k: v.copy() for k, v in params.items()}
+    with Progress(config.quiet, config.log_every, stream, total=epochs) as progress:
+        try:
+            for epoch in range(1, epochs + 1):
+                with _divergence(epoch, "an activation inside the model"):
+                    if graph_level:
+                        loss, grads, first = _graph_epoch(
+                            model, dataset, optimizer, splits["train"], rng, config, epoch
+                        )
+                    else:
+                        loss, grads = _node_step(model, dataset, optimizer, rng, config, epoch)
+                        first = {"graph": dataset.graph, "x": dataset.x}
+                _check_finite_params(params, epoch)
+                with _divergence(epoch, "an activation inside the model after the update"):
+                    metrics = evaluate_splits(model, dataset, splits if graph_level else None)
+                row = {"epoch": epoch, "loss": loss, **metrics}
+                history.append(row)
+                if callback is not None:
+                    callback(epoch, model, grads, {**row, **first})
+                # Model selection and early stopping on the validation split, or on
+                # the training split when there is none (the history keeps true names).
+                sel = _selection_metrics(metrics)
+                if _better(sel, best):
+                    best, best_epoch = sel, epoch
+                    best_params = {k: v.copy() for k, v in params.items()}
+                improved = False
+                if "val_accuracy" in sel and sel["val_accuracy"] >= best_acc:
+                    best_acc, improved = sel["val_accuracy"], True
+                if sel["val_loss"] <= best_loss:
+                    best_loss, improved = sel["val_loss"], True
+                since = 0 if improved else since + 1
+                stop = patience is not None and since >= patience
+                progress.epoch(epoch, stop or epoch == epochs, row)
+                if stop:
+                    progress.line(
+                        f"early stop at epoch {epoch}: no validation improvement for {patience} epochs"
+                    )
+                    break
+        except TrainingDiverged:
+            model.load_parameters(best_params if best_params is not None else initial)
+            raise
+
+    model.load_parameters(best_params)
+    final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None))
+    final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
+    return TrainResult(
+        model=model, metrics=final, history=history, splits=splits if graph_level else None, config=config
+    )
+
+
+def _step(model, optimizer, graph, x, graph_ptr, loss_fn, rng, config, epoch):
+    """Forward in training mode, loss, backward, optional clipping, update.
+
+    ``loss_fn(out) -> (loss, grad_out)``. Raises TrainingDiverged before the
+    update if the output, the loss or a gradient is not finite.
+    """
+    out, cache = model.forward(graph, x, graph_ptr, training=True, rng=rng)
+    if not all_finite(out):
+        raise TrainingDiverged(epoch, "the model output")
+    loss, grad = loss_fn(out)
+    if not np.isfinite(loss):
+        raise TrainingDiverged(epoch, "the training loss")
+    grads = model.backward(cache, grad, theta_r=config.theta_r)
+    _check_finite_grads(grads, epoch)
+    if config.clip_norm is not None:
+        clip_grad_norm(grads, config.clip_norm)
+    optimizer.step(grads)
+    return float(loss), grads
+
+
+def _node_step(model, ds, optimizer, rng, config, epoch):
+    if ds.task == "node_classification":
+
+        def loss_fn(out):
+            return softmax_cross_entropy(out, ds.y, ds.train_mask)
+    else:
+
+        def loss_fn(out):
+            return mse_loss(out, node_targets(ds.y).astype(out.dtype), ds.train_mask)
+
+    return _step(model, optimizer, ds.graph, ds.x, None, loss_fn, rng, config, epoch)
+
+
+def _graph_epoch(model, ds, optimizer, train_idx, rng, config, epoch):
+    """One pass over the shuffled training graphs.
+
+    Returns the epoch's mean training loss (weighted like the evaluation:
+    per graph, or per target entry for regression), the first batch's
+    gradients and that batch (for the callback).
+    """
+    order = rng.permutation(train_idx)
+    total, count = 0.0, 0
+    first_grads, first = None, None
+    batch_size = config.batch_size
+    for start in range(0, len(order), batch_size):
+        idx = np.sort(order[start : start + batch_size])
+        graph, x, graph_ptr, y = ds.batch(idx)
+        if ds.task == "graph_classification":
+
+            def loss_fn(out, y=y):
+                return softmax_cross_entropy(out, y)
+        else:
+
+            def loss_fn(out, y=y):
+                return mse_loss(out, node_targets(y).astype(out.dtype))
+
+        loss, grads = _step(
+            model, optimizer, graph, x, graph_ptr if model.readout else None, loss_fn, rng, config, epoch
+        )
+        if start == 0:
+            first_grads, first = grads, {"graph": graph, "x": x, "graph_ptr": graph_ptr}
+        n = len(idx) if ds.task == "graph_classification" else int(np.size(y))
+        total += float(loss) * n
+        count += n
+    return total / count, first_grads, first
