@@ -25,9 +25,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _option_type(name, option):
+def _option_type(option):
     """An argparse type that parses text as the option's kind and checks it with the config's rules."""
-    flag = "--" + name.replace("_", "-")
     kind = {int: int, float: float}.get(option.kind, str)
 
     def parse(text):
@@ -86,7 +85,7 @@ def _add_config_options(parser):
         if option.choices is not None:
             kwargs["choices"] = list(option.choices)
         else:
-            kwargs["type"] = _option_type(name, option)
+            kwargs["type"] = _option_type(option)
             kwargs["metavar"] = "PATH" if option.kind is os.PathLike else name.upper()
         group.add_argument(flag, **kwargs)
 
@@ -101,8 +100,8 @@ def _add_train_options(p):
     _add_config_options(p)
 
 
-_positive_int = _option_type("value", Option("", "", int, low=1))
-_positive_float = _option_type("value", Option("", "", float, low=0.0, low_open=True))
+_positive_int = _option_type(Option("", "", int, low=1))
+_positive_float = _option_type(Option("", "", float, low=0.0, low_open=True))
 
 
 def build_parser():
