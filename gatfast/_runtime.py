@@ -14,6 +14,12 @@ What gatfast changes in the process, and when (nothing happens at import):
   one single-threaded BLAS call per chunk; the previous limit is restored.
 * A one-line notice goes to stderr when the first call of a kernel takes
   long enough to be a compilation (the first run after installing).
+* Kernels run serially (their ``*_serial`` twins, the same bits) when the
+  work is too small to be worth waking threads, when Numba has one thread,
+  and in a child forked after Numba's GNU OpenMP threads were started
+  (libgomp cannot be used again after ``fork``: Numba aborts the child).
+  To know the latter, the one thing done at import is registering an
+  ``os.register_at_fork`` hook that marks forked children.
 """
 
 from __future__ import annotations
@@ -25,20 +31,50 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import numba
+from numba.np.ufunc import parallel as _numba_parallel
 
 from . import _validate as V
 
 __all__ = [
+    "SERIAL_WORK",
     "blas_single_thread",
     "compile_notice",
     "ensure_initialised",
     "run_chunks",
     "threads",
+    "use_parallel",
 ]
 
-_state = {"pid": None, "controller": None, "notice_given": False}
+#: Below this much work (edges x heads x channels) a kernel runs on the
+#: calling thread: waking the other threads costs more than they save.
+SERIAL_WORK = 1 << 15
+
+_state = {"pid": None, "controller": None, "notice_given": False, "forked_after_openmp": False}
 _pools = {}
 _lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    if getattr(_numba_parallel, "_is_initialized", False) and _threading_layer() == "omp":
+        _state["forked_after_openmp"] = True
+
+
+def _threading_layer():
+    try:
+        return numba.threading_layer()
+    except ValueError:  # not started yet
+        return None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def use_parallel(work):
+    """Whether a kernel with ``work`` (edges x heads x channels) should run its parallel driver."""
+    if work < SERIAL_WORK or _state["forked_after_openmp"]:
+        return False
+    return numba.get_num_threads() > 1
 
 
 def ensure_initialised():

@@ -131,7 +131,7 @@ def check_features(x, name, num_nodes, num_features, dtype):
 
 
 def as_graph(graph, name="graph"):
-    """Accept a CSRGraph or a square scipy.sparse adjacency (by target)."""
+    """Accept a CSRGraph or a scipy.sparse adjacency (rows = targets; rectangular = bipartite)."""
     from .graph import CSRGraph
 
     if isinstance(graph, CSRGraph):
@@ -139,7 +139,7 @@ def as_graph(graph, name="graph"):
     if sp.issparse(graph):
         return CSRGraph.from_scipy(graph)
     raise TypeError(
-        f"{name} must be a gatfast.CSRGraph or a square scipy.sparse matrix, "
+        f"{name} must be a gatfast.CSRGraph or a scipy.sparse matrix (rows = targets), "
         f"got {type(graph).__name__}"
     )
 

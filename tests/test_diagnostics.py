@@ -74,6 +74,11 @@ def kernel_attention_changed(layer, cache):
     kind = ACTIVATIONS[layer.attention_activation]
     slope = np.float64(layer.negative_slope)
     empty = np.zeros((0, H))
+    u = cache.inputs.u
+    if layer.edge_dim is None:
+        weT = np.zeros((H, 1, C))
+    else:
+        weT = np.ascontiguousarray(cache.params["W_e"].reshape(H, C, layer.edge_dim).transpose(0, 2, 1))
     ratio = np.zeros((n, H, C))
     for h in range(H):
         for d in range(C):
@@ -84,7 +89,7 @@ def kernel_attention_changed(layer, cache):
                 alpha = np.empty((g.nnz, H))
                 out = np.empty((n, H, C))
                 gatv2_forward(g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind,
-                              empty, alpha, out)
+                              u, weT, empty, alpha, out)
                 outs.append(out[:, h, :])
             ratio[:, h, d] = np.abs(outs[0] - outs[1]).max(axis=1) / (2 * EPS)
     ambiguous = (ratio > DEAD) & (ratio < LIVE)

@@ -75,8 +75,9 @@ def test_csr_graph_rejects_bad_types():
 
 
 def test_from_scipy_rejects_bad_input():
-    with pytest.raises(ValueError, match=r"A must be square"):
-        CSRGraph.from_scipy(sp.csr_array(np.ones((3, 4))))
+    assert CSRGraph.from_scipy(sp.csr_array(np.ones((3, 4)))).shape == (3, 4)  # rectangular: bipartite
+    with pytest.raises(ValueError, match=r"rows must be 'targets' or 'sources'"):
+        CSRGraph.from_scipy(sp.csr_array(np.ones((3, 4))), rows="columns")
     with pytest.raises(TypeError, match=r"A must be a scipy.sparse"):
         CSRGraph.from_scipy(np.eye(3))
     with pytest.raises(TypeError, match=r"A must be a scipy.sparse"):
@@ -104,7 +105,7 @@ def test_from_edge_index_rejects_bad_input(edge_index, error, match):
 def test_from_edge_index_rejects_too_few_nodes():
     with pytest.raises(ValueError, match=r"num_nodes"):
         CSRGraph.from_edge_index(np.array([[0, 5], [1, 0]]), num_nodes=3)
-    with pytest.raises(ValueError, match=r"num_nodes must be >= 0"):
+    with pytest.raises(ValueError, match=r"num_nodes must be in \[0, 2147483647\], got -1"):
         CSRGraph.from_edge_index(np.zeros((2, 0), dtype=np.int64), num_nodes=-1)
 
 
@@ -187,8 +188,11 @@ def test_forward_rejects_bad_graph(layer, x):
         layer.forward(np.eye(4), x)
     with pytest.raises(TypeError, match="graph must be a gatfast.CSRGraph"):
         layer.forward([[1], [0], [], [0]], x)
-    with pytest.raises(ValueError, match=r"A must be square"):
+    # a rectangular graph is a block: one matrix must cover its num_src sources
+    with pytest.raises(ValueError, match=r"x must have one row per node: expected 5 rows, got 4"):
         layer.forward(sp.csr_array(np.ones((4, 5))), x)
+    with pytest.raises(ValueError, match=r"more targets \(5\) than sources \(4\)"):
+        layer.forward(sp.csr_array(np.ones((5, 4))), x)
 
 
 # ---------------------------------------------------------------------- parameters

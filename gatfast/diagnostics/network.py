@@ -11,13 +11,13 @@ from .theta_r import theta_r_flow_from_cache
 __all__ = ["flows_from_model_cache", "theta_r_flow_network"]
 
 
-def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None):
+def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None, edge_attr=None):
     """:func:`theta_r_flow` for every layer of a network.
 
     Parameters
     ----------
     model : object with ``layers`` and ``forward(graph, x, training=False)``
-        E.g. ``gatfast.model.GATv2Network``. Its forward cache must expose the
+        E.g. ``gatfast.models.GATv2Network``. Its forward cache must expose the
         per-layer :class:`LayerCache` objects (see :func:`_layer_caches`).
     graph : CSRGraph or scipy.sparse matrix
     x : ndarray or scipy.sparse matrix
@@ -27,6 +27,8 @@ def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None):
     graph_ptr : ndarray, optional
         For models with a readout; defaults to one graph holding every node
         (the layers do not depend on it).
+    edge_attr : ndarray, optional
+        Edge features, for a model built with ``edge_dim``.
 
     Returns
     -------
@@ -38,6 +40,8 @@ def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None):
         # the readout only pools the last layer; pooling per graph is irrelevant to the layers
         graph_ptr = np.array([0, V.as_graph(graph).num_nodes], dtype=np.int64)
     kwargs = {} if graph_ptr is None else {"graph_ptr": graph_ptr}
+    if edge_attr is not None:
+        kwargs["edge_attr"] = edge_attr
     _, cache = model.forward(graph, x, training=False, **kwargs)
     return flows_from_model_cache(model, cache, grads)
 

@@ -106,19 +106,24 @@ class ThetaRFlow:
         return out
 
 
-def structural_zero_causes(indptr, indices, xl, xr, att, negative_slope, attention_activation):
+def structural_zero_causes(indptr, indices, xl, xr, att, negative_slope, attention_activation, u=None, weT=None):
     """Cause code of every (node, head, channel) of the attention path.
 
     Parameters
     ----------
     indptr, indices : ndarray of int64
         The attention graph, CSR by target.
-    xl, xr : ndarray, shape (num_nodes, heads, C)
+    xl, xr : ndarray, shapes (num_src, heads, C) and (num_dst, heads, C)
         Source and target projections, exactly as passed to the kernels.
     att : ndarray, shape (heads, C)
     negative_slope : float
         LeakyReLU slope ``c``.
     attention_activation : {"leaky_relu", "softplus"}
+
+    u : ndarray, shape (nnz, D), optional
+        Edge attributes in the attention graph's CSR order (edge features).
+    weT : ndarray, shape (heads, D, C), optional
+        The edge weights as the kernels take them (``W_e`` per head, transposed).
 
     Returns
     -------
@@ -144,7 +149,10 @@ def structural_zero_causes(indptr, indices, xl, xr, att, negative_slope, attenti
     multi = np.flatnonzero(deg >= 2)
     if multi.size:
         targets = np.repeat(np.arange(n), deg)
-        z = xr[targets] + xl[indices]  # (E, H, C), same dtype as the kernels
+        z = xr[targets] + xl[indices]  # (E, H, C), same dtype and operations as the kernels
+        if u is not None and u.shape[0]:
+            for d in range(u.shape[1]):  # the edge term, added in the kernels' order (kernels/edge.py)
+                z += weT[None, :, d, :] * u[:, d, None, None]
         if attention_activation == "leaky_relu":
             if negative_slope == 1.0:
                 key = np.zeros(z.shape, dtype=np.int8)
@@ -220,23 +228,28 @@ def theta_r_flow_from_cache(layer, cache, grads=None):
     )
 
 
-def theta_r_flow(layer, graph, x, grad_out=None, grads=None):
+def theta_r_flow(layer, graph, x, grad_out=None, grads=None, edge_attr=None):
     """Per head and channel, which nodes send Θ_R no gradient, and why.
 
     Runs ``layer.forward(graph, x)`` in evaluation mode and inspects the
-    sign pattern of the pre-activation scores ``z_ij = r_i + x_j``.
+    sign pattern of the pre-activation scores ``z_ij = r_i + x_j (+ W_e u_ij)``.
 
     Parameters
     ----------
     layer : GATv2Layer
     graph : CSRGraph or scipy.sparse matrix
-    x : ndarray or scipy.sparse matrix, shape (num_nodes, in_features)
-    grad_out : ndarray, shape (num_nodes, layer.out_dim), optional
+    x : ndarray or scipy.sparse matrix, or a pair of them
+        As ``layer.forward`` takes them.
+    grad_out : ndarray, shape (num_dst, layer.out_dim), optional
         Upstream gradient; if given, ``layer.backward`` is run and the
         parameter gradient norms are reported.
     grads : dict, optional
         Gradients already computed (``layer.backward`` output); used for the
         norms instead of ``grad_out``.
+    edge_attr : ndarray, shape (graph.nnz, edge_dim), optional
+        Edge features, for a layer with ``edge_dim`` (in CSR order). The
+        edge term moves each edge's ``z`` separately, so it changes which
+        rows sit in one regime; the causes themselves stay the same.
 
     Returns
     -------
@@ -258,7 +271,7 @@ def theta_r_flow(layer, graph, x, grad_out=None, grads=None):
         raise TypeError(f"layer must be a gatfast.GATv2Layer, got {type(layer).__name__}")
     if grads is not None and grad_out is not None:
         raise ValueError("pass either grad_out or grads, not both")
-    out, cache = layer.forward(graph, x, training=False)
+    out, cache = layer.forward(graph, x, edge_attr, training=False)
     if grad_out is not None:
         grads = layer.backward(cache, grad_out)
     return theta_r_flow_from_cache(layer, cache, grads)

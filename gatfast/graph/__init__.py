@@ -1,6 +1,7 @@
 """Graphs as CSR arrays **by target**: row ``i`` lists the sources ``j`` of the edges ``j -> i``."""
 
 from .batch import batch_graphs
-from .csr import CSRGraph
+from .csr import MAX_NODES, CSRGraph
+from .loops import LoopLayout
 
-__all__ = ["CSRGraph", "batch_graphs"]
+__all__ = ["MAX_NODES", "CSRGraph", "LoopLayout", "batch_graphs"]

@@ -4,6 +4,10 @@ Row ``i`` of the CSR structure lists the sources ``j`` whose messages node
 ``i`` aggregates, i.e. the edges ``j -> i``. This is the transpose of PyG's
 ``edge_index = [source; target]`` read row-wise, and it matches the paper's
 convention that ``(i, j) in E`` is an edge from ``j`` to ``i``.
+
+A graph may be **bipartite** (a block): ``num_dst`` target rows whose column
+indices point into ``num_src`` sources, as a scipy matrix of shape
+``(num_dst, num_src)``. A square graph has ``num_src == num_dst``.
 """
 
 from __future__ import annotations
@@ -11,11 +15,20 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["CSRGraph"]
+from . import convert
+from .loops import loop_layout, without_loops
+
+__all__ = ["MAX_NODES", "CSRGraph"]
+
+#: The largest node count a graph may have (int64 CSR arrays; a row pointer
+#: of this many entries takes 16 GiB).
+MAX_NODES = 2**31 - 1
 
 
 def _as_index_array(value, name):
     """Return ``value`` as a 1-D int64 array or raise a clear error."""
+    if sp.issparse(value):
+        raise TypeError(f"{name} must be a 1-D integer array, got a scipy.sparse matrix")
     arr = np.asarray(value)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         if arr.size == 0 and arr.dtype.kind == "f":
@@ -27,25 +40,39 @@ def _as_index_array(value, name):
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
+def _check_count(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if value < 0 or value > MAX_NODES:
+        raise ValueError(f"{name} must be in [0, {MAX_NODES}], got {value}")
+    return value
+
+
 class CSRGraph:
-    """A directed graph in CSR order by target.
+    """A directed graph in CSR order by target; square, or bipartite (a block).
 
     Parameters
     ----------
-    indptr : array_like of int, shape (num_nodes + 1,)
-        Row pointer: the sources of node ``i`` are
+    indptr : array_like of int, shape (num_dst + 1,)
+        Row pointer: the sources of target ``i`` are
         ``indices[indptr[i]:indptr[i + 1]]``. Must start at 0, be
         non-decreasing and end at ``len(indices)``.
     indices : array_like of int, shape (nnz,)
-        Source node of every edge, in ``[0, num_nodes)``.
+        Source node of every edge, in ``[0, num_src)``.
     num_nodes : int, optional
-        Number of nodes; defaults to ``len(indptr) - 1`` and must agree with it.
+        Number of target nodes (rows); defaults to ``len(indptr) - 1`` and
+        must agree with it.
+    num_src : int, optional
+        Number of source nodes, for a bipartite graph; defaults to the
+        number of rows (a square graph).
 
     Notes
     -----
-    The graph is immutable: the arrays are copied and marked read-only, so
-    derived orders (self loops, the source-major order used by the backward
-    pass) are computed once and reused.
+    The graph is immutable: its arrays are copies marked read-only and its
+    attributes cannot be reassigned, so derived orders (self loops, the
+    source-major order used by the backward pass) are computed once and
+    reused, and kernels can trust the arrays.
 
     Examples
     --------
@@ -54,204 +81,267 @@ class CSRGraph:
     >>> g = CSRGraph([0, 2, 2, 2], [1, 2])
     >>> g.in_degree().tolist()
     [2, 0, 0]
+
+    A block of 2 targets reading from 4 sources:
+
+    >>> b = CSRGraph([0, 3, 4], [0, 2, 3, 1], num_src=4)
+    >>> b.shape
+    (2, 4)
     """
 
-    __slots__ = ("indptr", "indices", "num_nodes", "_source_order", "_with_loops", "_targets")
+    __slots__ = ("_indptr", "_indices", "_num_dst", "_num_src", "_cache")
 
-    def __init__(self, indptr, indices, num_nodes=None):
+    def __init__(self, indptr, indices, num_nodes=None, num_src=None):
         indptr = _as_index_array(indptr, "indptr")
         indices = _as_index_array(indices, "indices")
         if indptr.size == 0:
             raise ValueError("indptr must have length num_nodes + 1 >= 1, got an empty array")
         n = indptr.size - 1
-        if num_nodes is not None:
-            if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
-                raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
-            if int(num_nodes) != n:
-                raise ValueError(
-                    f"indptr must have length num_nodes + 1 = {int(num_nodes) + 1}, got {indptr.size}"
-                )
+        if num_nodes is not None and _check_count(num_nodes, "num_nodes") != n:
+            raise ValueError(f"indptr must have length num_nodes + 1 = {int(num_nodes) + 1}, got {indptr.size}")
+        n = _check_count(n, "num_nodes")
+        m = n if num_src is None else _check_count(num_src, "num_src")
         if indptr[0] != 0:
             raise ValueError(f"indptr must start at 0, got indptr[0] = {indptr[0]}")
-        if np.any(np.diff(indptr) < 0):
-            bad = int(np.flatnonzero(np.diff(indptr) < 0)[0])
+        steps = np.diff(indptr)
+        if steps.size and steps.min() < 0:
+            bad = int(np.flatnonzero(steps < 0)[0])
             raise ValueError(f"indptr must be non-decreasing, but indptr[{bad + 1}] < indptr[{bad}]")
         if indptr[-1] != indices.size:
             raise ValueError(f"indptr[-1] must equal len(indices) = {indices.size}, got {indptr[-1]}")
-        if indices.size and (indices.min() < 0 or indices.max() >= n):
-            bad = indices[(indices < 0) | (indices >= n)][0]
-            raise ValueError(f"indices must lie in [0, num_nodes={n}), found {bad}")
+        if indices.size and (indices.min() < 0 or indices.max() >= m):
+            bad = indices[(indices < 0) | (indices >= m)][0]
+            what = "num_src" if num_src is not None else "num_nodes"
+            raise ValueError(f"indices must lie in [0, {what}={m}), found {bad}")
         indptr = indptr.copy()
         indices = indices.copy()
         indptr.flags.writeable = False
         indices.flags.writeable = False
-        self.indptr = indptr
-        self.indices = indices
-        self.num_nodes = n
-        self._source_order = None
-        self._with_loops = None
-        self._targets = None
+        object.__setattr__(self, "_indptr", indptr)
+        object.__setattr__(self, "_indices", indices)
+        object.__setattr__(self, "_num_dst", n)
+        object.__setattr__(self, "_num_src", m)
+        object.__setattr__(self, "_cache", {})
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"CSRGraph is immutable: cannot set {name!r} (build a new graph instead)")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"CSRGraph is immutable: cannot delete {name!r}")
+
+    def __reduce__(self):
+        return (CSRGraph, (self._indptr, self._indices, self._num_dst, self._num_src))
+
+    # ------------------------------------------------------------------ arrays and sizes
+    @property
+    def indptr(self):
+        """Row pointer, int64, read-only, shape (num_dst + 1,)."""
+        return self._indptr
+
+    @property
+    def indices(self):
+        """Source of every edge, int64, read-only, shape (nnz,)."""
+        return self._indices
+
+    @property
+    def num_nodes(self):
+        """Number of target nodes (rows); for a square graph, the number of nodes."""
+        return self._num_dst
+
+    @property
+    def num_dst(self):
+        """Number of target nodes (rows)."""
+        return self._num_dst
+
+    @property
+    def num_src(self):
+        """Number of source nodes (the range of ``indices``)."""
+        return self._num_src
+
+    @property
+    def shape(self):
+        """``(num_dst, num_src)``, the shape of the adjacency matrix."""
+        return (self._num_dst, self._num_src)
+
+    @property
+    def nnz(self):
+        """Number of stored edges."""
+        return int(self._indices.size)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def from_edge_index(cls, edge_index, num_nodes=None):
+    def from_edge_index(cls, edge_index, num_nodes=None, *, size=None, edge_attr=None):
         """Build from PyG's ``edge_index`` (row 0 = sources, row 1 = targets).
 
         Parameters
         ----------
         edge_index : array_like of int, shape (2, E)
         num_nodes : int, optional
-            Defaults to ``edge_index.max() + 1`` (0 for no edges).
+            Number of nodes of a square graph. Default: ``edge_index.max() + 1``
+            (0 for no edges), which must not exceed ``16 * E + 65536``: a
+            larger inferred count would allocate far beyond what the edges
+            justify (a stray id of 3·10⁹ asks for 24 GB), so pass
+            ``num_nodes`` explicitly for graphs that really are that sparse.
+        size : (int, int), optional
+            ``(num_src, num_dst)`` of a bipartite graph, as PyG's ``size``.
+            Exclusive with ``num_nodes``.
+        edge_attr : array_like, shape (E, D) or (E,), optional
+            Attributes of the edges in ``edge_index`` order.
 
+        Returns
+        -------
+        graph : CSRGraph
+        edge_attr : ndarray, shape (E, D)
+            Only when ``edge_attr`` is given: the attributes permuted into
+            the graph's CSR order (what ``GATv2Layer.forward`` expects).
+
+        Notes
+        -----
         Edges keep their relative order within each target row (a stable
         sort), and duplicates are kept, as PyG does.
         """
-        ei = np.asarray(edge_index)
-        if ei.dtype == bool or not np.issubdtype(ei.dtype, np.integer):
-            raise TypeError(f"edge_index must be an integer array, got dtype {ei.dtype}")
-        if ei.ndim != 2 or ei.shape[0] != 2:
-            raise ValueError(f"edge_index must have shape (2, E), got {ei.shape}")
-        ei = ei.astype(np.int64, copy=False)
-        if ei.size and ei.min() < 0:
-            raise ValueError(f"edge_index must be non-negative, found {ei.min()}")
-        inferred = int(ei.max()) + 1 if ei.size else 0
-        if num_nodes is None:
-            num_nodes = inferred
-        else:
-            if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
-                raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
-            if num_nodes < 0:
-                raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
-            if inferred > num_nodes:
-                raise ValueError(f"edge_index refers to node {inferred - 1} but num_nodes is {num_nodes}")
-        src, dst = ei[0], ei[1]
-        order = np.argsort(dst, kind="stable")
-        indptr = np.zeros(int(num_nodes) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dst, minlength=int(num_nodes)), out=indptr[1:])
-        return cls(indptr, src[order], int(num_nodes))
+        indptr, indices, n_dst, n_src, order = convert.from_edge_index(edge_index, num_nodes, size, MAX_NODES)
+        graph = cls(indptr, indices, n_dst, n_src if size is not None else None)
+        if edge_attr is None:
+            return graph
+        return graph, convert.permute_edge_attr(edge_attr, order, len(order))
 
     @classmethod
-    def from_scipy(cls, A):
-        """Build from a square scipy.sparse matrix or array.
+    def from_scipy(cls, A, *, edge_attr=None, rows="targets"):
+        """Build from a scipy.sparse matrix or array.
 
-        ``A[i, j] != 0`` means node ``i`` aggregates from node ``j`` (the
-        edge ``j -> i``). Rows come out canonical: columns sorted, duplicate
-        entries summed, and entries that are zero after summing dropped. The
-        input is not modified.
+        Parameters
+        ----------
+        A : scipy.sparse matrix or array, shape (num_dst, num_src)
+            With ``rows="targets"`` (the default), ``A[i, j] != 0`` means node
+            ``i`` aggregates from node ``j`` (the edge ``j -> i``). A
+            rectangular matrix is a bipartite graph.
+        edge_attr : array_like, shape (nnz, D) or (nnz,), optional
+            Attributes of the stored entries of ``A``, in the order of
+            ``A.tocoo()`` (for a COO matrix: ``A.row[k], A.col[k]``). With
+            attributes every stored entry is one edge: duplicates stay
+            separate edges and explicit zeros are kept.
+        rows : {"targets", "sources"}, default "targets"
+            ``"sources"`` for matrices whose rows are the sources, such as
+            PyG's ``to_scipy_sparse_matrix(edge_index)`` (``A[src, dst]``):
+            the matrix is then transposed. Reading such a matrix with the
+            default silently gives the reversed graph.
+
+        Returns
+        -------
+        graph : CSRGraph
+        edge_attr : ndarray, shape (nnz, D)
+            Only when ``edge_attr`` is given: the attributes in CSR order.
+
+        Notes
+        -----
+        Without attributes rows come out canonical: columns sorted,
+        duplicate entries summed, and entries that are zero after summing
+        dropped. The input is never modified.
         """
-        if not sp.issparse(A):
-            raise TypeError(f"A must be a scipy.sparse matrix or array, got {type(A).__name__}")
-        if A.ndim != 2 or A.shape[0] != A.shape[1]:
-            raise ValueError(f"A must be square (num_nodes, num_nodes), got shape {A.shape}")
-        # copy: sum_duplicates/eliminate_zeros work in place on shared arrays
-        csr = sp.csr_array(A, copy=True)
-        csr.sum_duplicates()
-        csr.eliminate_zeros()
-        return cls(csr.indptr, csr.indices, A.shape[0])
+        indptr, indices, shape, order = convert.from_scipy(A, rows, keep_entries=edge_attr is not None)
+        graph = cls(indptr, indices, shape[0], shape[1] if shape[0] != shape[1] else None)
+        if edge_attr is None:
+            return graph
+        return graph, convert.permute_edge_attr(edge_attr, order, len(order))
 
     def to_scipy(self, dtype=np.float32):
-        """Return the adjacency as a ``scipy.sparse.csr_array`` of ones.
+        """Return the adjacency as a ``scipy.sparse.csr_array`` of ones, shape ``(num_dst, num_src)``.
 
         ``A[i, j] == 1`` for every edge ``j -> i``; duplicate edges add up.
         """
         data = np.ones(self.nnz, dtype=dtype)
-        return sp.csr_array(
-            (data, self.indices.copy(), self.indptr.copy()), shape=(self.num_nodes, self.num_nodes)
-        )
+        return sp.csr_array((data, self._indices.copy(), self._indptr.copy()), shape=self.shape)
 
     def to_edge_index(self):
         """Return PyG's ``edge_index`` (2, nnz) in this graph's CSR order."""
-        return np.stack([self.indices, self.targets()]).astype(np.int64)
+        return np.stack([self._indices, self.targets()]).astype(np.int64)
 
     # ------------------------------------------------------------------ derived data
-    @property
-    def nnz(self):
-        """Number of stored edges."""
-        return int(self.indices.size)
-
     def in_degree(self):
-        """Number of in-edges per node (the row lengths)."""
-        return np.diff(self.indptr)
+        """Number of in-edges per target node (the row lengths)."""
+        return np.diff(self._indptr)
 
     def targets(self):
-        """Target (row) of every edge, shape (nnz,), in CSR order."""
-        if self._targets is None:
-            t = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(self.indptr))
+        """Target (row) of every edge, shape (nnz,), in CSR order (read-only, cached)."""
+        t = self._cache.get("targets")
+        if t is None:
+            t = np.repeat(np.arange(self._num_dst, dtype=np.int64), np.diff(self._indptr))
             t.flags.writeable = False
-            self._targets = t
-        return self._targets
+            self._cache["targets"] = t
+        return t
 
     def source_order(self):
         """The source-major order of the edges, built once and cached.
 
         Returns
         -------
-        src_indptr : ndarray of int64, shape (num_nodes + 1,)
+        src_indptr : ndarray of int64, shape (num_src + 1,)
             Edges leaving node ``j`` are ``src_edges[src_indptr[j]:src_indptr[j+1]]``.
         src_edges : ndarray of int64, shape (nnz,)
             Edge ids (positions in CSR order), sorted by source and, within
             a source, by edge id. This fixed order keeps the backward sums
             independent of the thread count.
         """
-        if self._source_order is None:
-            edges = np.argsort(self.indices, kind="stable").astype(np.int64)
-            src_indptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self.indices, minlength=self.num_nodes), out=src_indptr[1:])
+        cached = self._cache.get("source_order")
+        if cached is None:
+            edges = np.argsort(self._indices, kind="stable").astype(np.int64)
+            src_indptr = np.zeros(self._num_src + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self._indices, minlength=self._num_src), out=src_indptr[1:])
             edges.flags.writeable = False
             src_indptr.flags.writeable = False
-            self._source_order = (src_indptr, edges)
-        return self._source_order
+            cached = self._cache["source_order"] = (src_indptr, edges)
+        return cached
 
     def has_self_loops(self):
-        """True if any edge is a self loop."""
-        return bool(np.any(self.indices == self.targets()))
+        """True if any edge joins a node to itself (source index == target index)."""
+        return bool(np.any(self._indices == self.targets()))
+
+    def loop_layout(self):
+        """How :meth:`with_self_loops` maps this graph's edges (cached; see :class:`LoopLayout`)."""
+        layout = self._cache.get("loops")
+        if layout is None:
+            layout = self._cache["loops"] = loop_layout(self)
+        return layout
 
     def with_self_loops(self):
-        """Remove existing self loops and add exactly one per node.
+        """Remove existing self loops and add one loop per node (PyG's rule).
 
         Same semantics as PyG's ``remove_self_loops`` followed by
         ``add_self_loops``: each row keeps its other edges in order and gets
-        its loop appended at the end. The result is cached.
+        its loop appended at the end. In a bipartite graph target ``i`` is
+        paired with source ``i`` for ``i < min(num_src, num_dst)`` (sampled
+        blocks list their targets first among the sources, so every target
+        gets its loop); targets beyond that get none. The result is cached.
         """
-        if self._with_loops is None:
-            n = self.num_nodes
-            t = self.targets()
-            keep = self.indices != t
-            kept_per_row = np.bincount(t[keep], minlength=n)
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(kept_per_row + 1, out=indptr[1:])
-            indices = np.empty(indptr[-1], dtype=np.int64)
-            loop_pos = indptr[1:] - 1
-            is_loop_slot = np.zeros(indptr[-1], dtype=bool)
-            is_loop_slot[loop_pos] = True
-            indices[~is_loop_slot] = self.indices[keep]
-            indices[loop_pos] = np.arange(n)
-            g = CSRGraph(indptr, indices, n)
-            g._with_loops = g
-            self._with_loops = g
-        return self._with_loops
+        return self.loop_layout().graph
 
     def without_self_loops(self):
         """Return the graph with every self loop removed (row order kept)."""
-        t = self.targets()
-        keep = self.indices != t
+        keep = self._indices != self.targets()
         if keep.all():
             return self
-        counts = np.bincount(t[keep], minlength=self.num_nodes)
-        indptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        return CSRGraph(indptr, self.indices[keep], self.num_nodes)
+        indptr, indices = without_loops(self, keep)
+        return CSRGraph(indptr, indices, self._num_dst, self._num_src if self.is_bipartite() else None)
+
+    def is_bipartite(self):
+        """True if sources and targets are counted separately (``num_src != num_dst``)."""
+        return self._num_src != self._num_dst
 
     def __repr__(self):
-        return f"CSRGraph(num_nodes={self.num_nodes}, nnz={self.nnz})"
+        if self.is_bipartite():
+            return f"CSRGraph(num_dst={self._num_dst}, num_src={self._num_src}, nnz={self.nnz})"
+        return f"CSRGraph(num_nodes={self._num_dst}, nnz={self.nnz})"
 
     def __eq__(self, other):
         if not isinstance(other, CSRGraph):
             return NotImplemented
         return (
-            self.num_nodes == other.num_nodes
-            and np.array_equal(self.indptr, other.indptr)
-            and np.array_equal(self.indices, other.indices)
+            self.shape == other.shape
+            and np.array_equal(self._indptr, other._indptr)
+            and np.array_equal(self._indices, other._indices)
         )
 
     __hash__ = None
+
+

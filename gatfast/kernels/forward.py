@@ -1,48 +1,55 @@
 """GATv2 forward pass: scores, row softmax and aggregation, fused per row.
 
-Arrays (one layer, ``H`` heads of ``C`` channels, ``n`` nodes, ``E`` edges):
+Arrays (one layer, ``H`` heads of ``C`` channels, ``n_dst`` target rows,
+``n_src`` sources, ``E`` edges, ``D`` edge features):
 
-* ``indptr`` (n+1,), ``indices`` (E,): CSR by target.
-* ``xl`` (n, H, C): source projections ``Θ_L h̃_j``; ``xr`` (n, H, C): target
-  projections ``Θ_R h̃_i``.
+* ``indptr`` (n_dst+1,), ``indices`` (E,): CSR by target, sources in ``[0, n_src)``.
+* ``xl`` (n_src, H, C): source projections ``Θ_L h̃_j``; ``xr`` (n_dst, H, C):
+  target projections ``Θ_R h̃_i``.
 * ``att`` (H, C); ``slope``: LeakyReLU negative slope in the arrays' dtype.
+* ``u`` (E, D) edge attributes in CSR order, or (0, D) for none; ``weT``
+  (H, D, C) the edge weights (see ``edge.py``).
 * ``edge_scale`` (E, H) or (0, H): attention-dropout multipliers
   (``m_ij / (1 - p)``); an empty array means no dropout.
-* outputs: ``alpha`` (E, H) softmax weights, ``out`` (n, H, C) per head.
+* outputs: ``alpha`` (E, H) softmax weights, ``out`` (n_dst, H, C) per head.
 
-Every ``prange`` iteration writes only its own row of ``alpha`` and ``out``,
-and every sum runs in a fixed order (the per-edge score as fixed-order SIMD,
-see ``simd.py``), so the result does not depend on the thread count. Nothing of size E x C is ever allocated: ``z_ij`` is
-recomputed from ``xr[i] + xl[j]``. All arithmetic stays in the arrays' dtype.
+Every row is computed by the same code whether rows run in parallel
+(:func:`gatv2_forward`) or one after the other (:func:`gatv2_forward_serial`,
+for work too small to be worth waking threads, and for forked children),
+each row writes only its own outputs and every sum runs in a fixed order,
+so the result is the same bits for any thread count and either driver.
+Nothing of size E x C is ever allocated: ``z_ij`` is recomputed per edge.
+All arithmetic stays in the arrays' dtype.
 """
 
 import math
 
+import numpy as np
 from numba import njit, prange
 
 from .activations import LEAKY_RELU, act
+from .edge import edge_z
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
-from .simd import leaky_score
+from .simd import leaky_dot, leaky_score
+
+ROW_BLOCK = 32  # rows per parallel work item (each allocates its own small scratch)
 
 
-@njit(parallel=True, cache=True)
-def gatv2_forward(indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, out):
-    n = indptr.size - 1
+@njit(cache=True)
+def _forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
     nnz = indices.size
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
     dropout = edge_scale.shape[0] > 0
+    has_edge = u.shape[0] > 0
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
+    leaky = kind == LEAKY_RELU
     # the SIMD score needs contiguous channels (always true for the layer's buffers)
-    simd = (
-        kind == LEAKY_RELU
-        and xl.strides[2] == xl.itemsize
-        and xr.strides[2] == xr.itemsize
-        and att.strides[1] == att.itemsize
-    )
-    for i in prange(n):
+    simd = leaky and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize and att.strides[1] == att.itemsize
+    zb = np.empty((1, heads, channels), dtype=xl.dtype)
+    for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
         for h in range(heads):
@@ -56,6 +63,17 @@ def gatv2_forward(indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, 
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             j = indices[e]
+            if has_edge:
+                edge_z(zb, xr, i, xl, j, u, weT, e)
+                for h in range(heads):
+                    if simd:
+                        alpha[e, h] = leaky_dot(att, zb, 0, h, slope)
+                    else:
+                        score = zero
+                        for c in range(channels):
+                            score += att[h, c] * act(zb[0, h, c], kind, slope)
+                        alpha[e, h] = score
+                continue
             for h in range(heads):
                 if simd:
                     alpha[e, h] = leaky_score(att, xr, i, xl, j, h, slope)
@@ -89,3 +107,19 @@ def gatv2_forward(indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, 
                         continue
                 for c in range(channels):
                     out[i, h, c] += a_ij * xl[j, h, c]
+
+
+@njit(parallel=True, cache=True)
+def gatv2_forward(indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
+    """Forward pass over all target rows, blocks of rows in parallel (see the module docstring)."""
+    n = indptr.size - 1
+    blocks = -(-n // ROW_BLOCK)
+    for b in prange(blocks):
+        _forward_rows(b * ROW_BLOCK, min(n, (b + 1) * ROW_BLOCK), indptr, indices, xl, xr, att, slope, kind, u,
+                      weT, edge_scale, alpha, out)
+
+
+@njit(cache=True)
+def gatv2_forward_serial(indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
+    """:func:`gatv2_forward` on the calling thread only (the same bits)."""
+    _forward_rows(0, indptr.size - 1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out)

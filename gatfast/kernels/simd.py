@@ -13,7 +13,9 @@ the same on every x86 CPU whatever the vector width the backend picks
 (AVX-512, AVX2 or SSE), and the same for any thread count.
 
 Arrays are 3-D ``(rows, H, C)`` with contiguous channels (the layer's
-C-contiguous buffers); ``h`` selects the head.
+C-contiguous buffers); ``h`` selects the head. :func:`dot3` and
+:func:`leaky_dot` take both leading indices explicitly, for the edge term's
+weights ``(H, D, C)`` and the per-edge scratch rows.
 """
 
 from llvmlite import ir
@@ -25,7 +27,7 @@ LANES = 8
 
 
 def _row_pointer(builder, ary, row, h):
-    """Pointer to ``ary[row, h, 0]`` from the array's data pointer and strides."""
+    """Pointer to ``ary[row, h, 0]`` from the array's data pointer and strides (3-D arrays)."""
     stride0 = builder.extract_value(ary.strides, 0)
     stride1 = builder.extract_value(ary.strides, 1)
     offset = builder.add(builder.mul(row, stride0), builder.mul(h, stride1))
@@ -152,3 +154,74 @@ def _splat(builder, value, vec_ty):
     for k in range(LANES):
         vec = builder.insert_element(vec, value, i32(k))
     return vec
+
+
+@intrinsic
+def dot3(typingctx, a, i0, i1, b, j0, j1):
+    """``Σ_c a[i0, i1, c] * b[j0, j1, c]`` over the last axis, in the fixed 8-lane order."""
+    if not _check_3d(a, b) or a.dtype != b.dtype:
+        return None
+    sig = a.dtype(a, types.intp, types.intp, b, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        arr_a = context.make_array(signature.args[0])(context, builder, args[0])
+        arr_b = context.make_array(signature.args[3])(context, builder, args[3])
+        pa = _row_pointer(builder, arr_a, args[1], args[2])
+        pb = _row_pointer(builder, arr_b, args[4], args[5])
+        channels = builder.extract_value(arr_a.shape, 2)
+        fty = context.get_value_type(signature.args[0].dtype)
+
+        def lanes(base, vec_ty):
+            return builder.fmul(_load_vector(builder, pa, base, vec_ty), _load_vector(builder, pb, base, vec_ty))
+
+        def tail(c):
+            return builder.fmul(builder.load(builder.gep(pa, [c])), builder.load(builder.gep(pb, [c])))
+
+        return _reduction(context, builder, lanes, tail, channels, fty)
+
+    return sig, codegen
+
+
+@intrinsic
+def leaky_dot(typingctx, att, z, row, h, slope):
+    """``Σ_c att[h, c] * LeakyReLU(z[row, h, c])``, ``z`` a precomputed pre-activation row.
+
+    The same per-channel operations and summation order as :func:`leaky_score`
+    (which forms ``z`` itself from two rows).
+    """
+    if not (isinstance(att, types.Array) and att.ndim == 2 and _check_3d(z)):
+        return None
+    if att.dtype != z.dtype:
+        return None
+    sig = att.dtype(att, z, types.intp, types.intp, att.dtype)
+
+    def codegen(context, builder, signature, args):
+        arr_att = context.make_array(signature.args[0])(context, builder, args[0])
+        arr_z = context.make_array(signature.args[1])(context, builder, args[1])
+        h = args[3]
+        slope = args[4]
+        stride0 = builder.extract_value(arr_att.strides, 0)
+        i8p = ir.IntType(8).as_pointer()
+        pa = builder.bitcast(
+            builder.gep(builder.bitcast(arr_att.data, i8p), [builder.mul(h, stride0)]), arr_att.data.type
+        )
+        pz = _row_pointer(builder, arr_z, args[2], h)
+        channels = builder.extract_value(arr_att.shape, 1)
+        fty = context.get_value_type(signature.args[0].dtype)
+
+        def leaky(z, zero, slope_v):
+            positive = builder.fcmp_ordered(">", z, zero)
+            return builder.select(positive, z, builder.fmul(slope_v, z))
+
+        def lanes(base, vec_ty):
+            zv = _load_vector(builder, pz, base, vec_ty)
+            act = leaky(zv, ir.Constant(vec_ty, None), _splat(builder, slope, vec_ty))
+            return builder.fmul(_load_vector(builder, pa, base, vec_ty), act)
+
+        def tail(c):
+            act = leaky(builder.load(builder.gep(pz, [c])), ir.Constant(fty, 0.0), slope)
+            return builder.fmul(builder.load(builder.gep(pa, [c])), act)
+
+        return _reduction(context, builder, lanes, tail, channels, fty)
+
+    return sig, codegen

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -11,30 +12,56 @@ from ..graph import CSRGraph
 __all__ = ["LayerCache"]
 
 
-@dataclass
+def _frozen(arr):
+    """A read-only view: the kernels trust these arrays, so nobody may write to them through the cache."""
+    view = arr.view()
+    view.flags.writeable = False
+    return view
+
+
+@dataclass(frozen=True)
 class LayerCache:
-    """What ``forward`` keeps for ``backward``.
+    """What ``forward`` keeps for ``backward`` (read-only; owned by the layer that made it).
 
     Attributes
     ----------
     graph : CSRGraph
-        The graph actually used (self loops added or removed as configured).
-    x : ndarray or scipy.sparse.csr_array
-        The validated input features.
-    xl, xr : ndarray, shape (num_nodes, heads, out_features)
+        The graph the attention ran on (self loops added or removed as configured).
+    inputs : Inputs
+        The validated features (``x_src``, ``x_dst``, how they relate) and
+        edge attributes in the attention graph's order.
+    xl, xr : ndarray, shapes (num_src, heads, out_features), (num_dst, heads, out_features)
         Source and target projections.
     alpha : ndarray, shape (graph.nnz, heads)
         Attention weights in the CSR order of ``graph`` (before dropout).
     edge_scale : ndarray, shape (graph.nnz, heads) or (0, heads)
         Attention-dropout multipliers ``m_ij / (1 - p)``; empty without dropout.
-    params : dict
-        The parameter arrays the forward pass used.
+    params : mapping
+        The parameter arrays the forward pass used (a read-only mapping).
     """
 
     graph: CSRGraph
-    x: object
+    inputs: object
     xl: np.ndarray
     xr: np.ndarray
     alpha: np.ndarray
     edge_scale: np.ndarray
     params: dict
+    owner: object
+
+    @classmethod
+    def make(cls, owner, inputs, xl, xr, alpha, edge_scale, params):
+        """A cache of read-only views, tagged with the layer's ``owner`` token."""
+        return cls(inputs.attention, inputs, _frozen(xl), _frozen(xr), _frozen(alpha), _frozen(edge_scale),
+                   MappingProxyType(dict(params)), owner)
+
+    @property
+    def x(self):
+        """The input features (``(x_src, x_dst)`` for bipartite input)."""
+        return (self.inputs.x_src, self.inputs.x_dst) if self.inputs.relation == "pair" else self.inputs.x_src
+
+    def check_owner(self, token, layer):
+        """Refuse a cache made by another layer (or by this layer before it was copied or unpickled)."""
+        if self.owner is not token:
+            raise ValueError(f"cache was made by another layer's forward, not by this {layer!r}: pass the cache "
+                             "returned by this layer's own forward")

@@ -1,29 +1,26 @@
 """One GATv2 layer with closed-form gradients (no autograd).
 
-Semantics and parameter names follow PyTorch Geometric's ``GATv2Conv``;
-the math is in ``docs/MATH.md``.
+Semantics, parameter names and initialisation follow PyTorch Geometric's
+``GATv2Conv`` (edge features, bipartite input, self-loop fill values
+included); the math is in ``docs/MATH.md``.
 """
 
 from __future__ import annotations
+
+import numbers
 
 import numpy as np
 import scipy.sparse as sp
 
 from .. import _runtime
 from .. import _validate as V
-from ..kernels import (
-    ACTIVATIONS,
-    csr_dense_matmul2,
-    gatv2_backward_source,
-    gatv2_backward_target,
-    gatv2_forward,
-    num_att_blocks,
-)
+from ..kernels import ACTIVATIONS, csr_dense_matmul2
 from .cache import LayerCache
 from .dense import bias_or_empty, dense_projections, linear, linear_into
-from .gradients import input_side_grads
-from .init import glorot
+from .init import glorot, uniform_bias
+from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
+from .passes import attention_backward, attention_forward
 from .workspace import Workspace
 
 __all__ = ["GATv2Layer", "THETA_R_FORMS", "ROOT_WEIGHTS"]
@@ -32,13 +29,37 @@ THETA_R_FORMS = ("linear", "pairwise")
 ROOT_WEIGHTS = (None, "theta_r", "theta_n")
 
 
+def _in_features(value):
+    """``(in_features as stored, F_src, F_dst, bipartite)``."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"in_features must be an int or a pair (F_src, F_dst), got {value!r}")
+        f_src = V.check_int(value[0], "in_features[0]", 1)
+        f_dst = V.check_int(value[1], "in_features[1]", 1)
+        return (f_src, f_dst), f_src, f_dst, True
+    f = V.check_int(value, "in_features", 1)
+    return f, f, f, False
+
+
+def _project_one(x, W, b, out):
+    """``out[...] = x @ W.T + b``: a parallel CSR kernel for sparse ``x``, row-chunked BLAS for dense."""
+    if sp.issparse(x):
+        linear_into(x, W, b, out)
+    else:
+        dense_projections(x, [(W, b, out)])
+
+
 class GATv2Layer:
     """GATv2 attention layer (Brody et al., 2022) on CSR-by-target graphs.
 
     Parameters
     ----------
-    in_features, out_features : int
-        Input feature size ``F`` and channels per head ``C``.
+    in_features : int or (int, int)
+        Input feature size ``F``, or ``(F_src, F_dst)`` for a bipartite layer
+        whose ``forward`` takes ``(x_src, x_dst)`` (``W_l`` acts on sources,
+        ``W_r`` on targets).
+    out_features : int
+        Channels per head ``C``.
     heads : int, default 1
         Number of attention heads ``H``.
     concat : bool, default True
@@ -46,19 +67,23 @@ class GATv2Layer:
     negative_slope : float, default 0.2
         LeakyReLU slope inside the attention.
     add_self_loops : bool, default True
-        Replace existing self loops by one loop per node (PyG semantics).
+        Replace existing self loops by one loop per node (PyG semantics). In
+        a bipartite graph target ``i`` gets a loop from source ``i`` for
+        ``i < min(num_src, num_dst)``, exactly as PyG does; in a sampled
+        block (targets first among the sources) that is every target.
     bias : bool, default True
         Learn ``b_l``, ``b_r`` and the output ``bias``.
     share_weights : bool, default False
         Use one projection for sources and targets (``W_r = W_l``); the
-        params and grads then hold only ``W_l``/``b_l``.
+        params and grads then hold only ``W_l``/``b_l``. A bipartite layer
+        needs ``F_src == F_dst`` for it.
     dtype : numpy.float32 or numpy.float64, default float32
     seed : int or numpy.random.Generator, optional
-        Seed of the glorot initialisation and of attention dropout.
+        Seed of the initialisation and of attention dropout.
     dropout : float, default 0.0
         Attention dropout rate (training only), as PyG's ``dropout``.
     residual : bool, default False
-        Add a linear skip connection ``x @ W_res.T`` (PyG's ``residual``).
+        Add a linear skip connection ``x_dst @ W_res.T`` (PyG's ``residual``).
     attention_activation : {"leaky_relu", "softplus"}, default "leaky_relu"
         Activation inside the score. ``"softplus"`` is smooth, so the Θ_R
         gradient never vanishes structurally (GAT+).
@@ -66,13 +91,28 @@ class GATv2Layer:
         GAT+ root weight: add ``Θ_R h̃_i`` (``"theta_r"``) or a separate
         ``Θ_n h̃_i`` (``"theta_n"``) to each head's output. Self loops are
         then left out of the attention and ``add_self_loops`` is ignored.
+    edge_dim : int, optional
+        Number of edge features ``D``: adds ``W_e`` (PyG's
+        ``lin_edge.weight``, no bias) and the term ``W_e u_ij`` inside the
+        score; ``forward`` then requires ``edge_attr``.
+    fill_value : {"mean", "add", "max", "min", "mul"}, float or sequence, default "mean"
+        Attributes of the added self loops, from the target's other
+        in-edges (``"mean"``: their mean, 0 without any) or a constant
+        (a number, or a vector of ``edge_dim`` numbers), as PyG.
 
     Attributes
     ----------
     params : ParamDict
-        ``W_l`` (H*C, F), ``b_l`` (H*C), ``W_r``, ``b_r`` (same), ``att``
-        (H, C), ``bias`` (H*C if concat else C); ``W_res`` (out, F) with
-        ``residual``; ``W_n``, ``b_n`` with ``root_weight="theta_n"``.
+        ``W_l`` (H*C, F_src), ``b_l`` (H*C), ``W_r`` (H*C, F_dst), ``b_r``,
+        ``att`` (H, C), ``W_e`` (H*C, D) with ``edge_dim``, ``W_n``
+        (H*C, F_dst) and ``b_n`` with ``root_weight="theta_n"``, ``W_res``
+        (out_dim, F_dst) with ``residual``, ``bias`` (out_dim).
+
+    Notes
+    -----
+    Initialisation as PyG's ``GATv2Conv.reset_parameters``: glorot weights
+    and attention vector, projection biases uniform in ``±1/sqrt(fan_in)``
+    (PyG's ``Linear`` default), zero output bias.
     """
 
     def __init__(
@@ -91,8 +131,10 @@ class GATv2Layer:
         residual=False,
         attention_activation="leaky_relu",
         root_weight=None,
+        edge_dim=None,
+        fill_value="mean",
     ):
-        self.in_features = V.check_int(in_features, "in_features", 1)
+        self.in_features, self.in_features_src, self.in_features_dst, self.bipartite = _in_features(in_features)
         self.out_features = V.check_int(out_features, "out_features", 1)
         self.heads = V.check_int(heads, "heads", 1)
         self.concat = bool(concat)
@@ -100,37 +142,47 @@ class GATv2Layer:
         self.add_self_loops = bool(add_self_loops)
         self.bias = bool(bias)
         self.share_weights = bool(share_weights)
+        if self.share_weights and self.in_features_src != self.in_features_dst:
+            raise ValueError(f"share_weights=True needs F_src == F_dst, got in_features={self.in_features!r}")
         self.dtype = V.check_dtype(dtype)
         self.dropout = V.check_float(dropout, "dropout", 0.0, 1.0, high_open=True)
         self.residual = bool(residual)
-        self.attention_activation = V.check_choice(
-            attention_activation, "attention_activation", set(ACTIVATIONS)
-        )
+        self.attention_activation = V.check_choice(attention_activation, "attention_activation", set(ACTIVATIONS))
         if root_weight not in ROOT_WEIGHTS:
             raise ValueError(f"root_weight must be None, 'theta_r' or 'theta_n', got {root_weight!r}")
         self.root_weight = root_weight
+        self.edge_dim = None if edge_dim is None else V.check_int(edge_dim, "edge_dim", 1)
+        self.fill_value = check_fill_value(fill_value, self.edge_dim)
+        if seed is not None and not isinstance(seed, (numbers.Integral, np.random.Generator)):
+            raise TypeError(f"seed must be None, an int or a numpy.random.Generator, got {type(seed).__name__}")
         self._rng = np.random.default_rng(seed)
+        self.params = ParamDict(self._shapes(), self.dtype)
+        self.reset_parameters()
+        self._workspace = Workspace()
+        self._token = object()
 
+    def _shapes(self):
         hc = self.heads * self.out_features
-        shapes = {"W_l": (hc, self.in_features)}
+        f_src, f_dst = self.in_features_src, self.in_features_dst
+        shapes = {"W_l": (hc, f_src)}
         if self.bias:
             shapes["b_l"] = (hc,)
         if not self.share_weights:
-            shapes["W_r"] = (hc, self.in_features)
+            shapes["W_r"] = (hc, f_dst)
             if self.bias:
                 shapes["b_r"] = (hc,)
         shapes["att"] = (self.heads, self.out_features)
+        if self.edge_dim is not None:
+            shapes["W_e"] = (hc, self.edge_dim)
         if self.root_weight == "theta_n":
-            shapes["W_n"] = (hc, self.in_features)
+            shapes["W_n"] = (hc, f_dst)
             if self.bias:
                 shapes["b_n"] = (hc,)
         if self.residual:
-            shapes["W_res"] = (self.out_dim, self.in_features)
+            shapes["W_res"] = (self.out_dim, f_dst)
         if self.bias:
             shapes["bias"] = (self.out_dim,)
-        self.params = ParamDict(shapes, self.dtype)
-        self.reset_parameters()
-        self._workspace = Workspace()
+        return shapes
 
     def clear_workspace(self):
         """Free the arrays kept between calls for speed (they are rebuilt on the next call)."""
@@ -139,11 +191,13 @@ class GATv2Layer:
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_workspace"] = None  # scratch memory is not part of the layer
+        state["_token"] = None
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._workspace = Workspace()
+        self._token = object()  # caches made before pickling belong to the original
 
     # ------------------------------------------------------------------ setup
     @property
@@ -152,24 +206,26 @@ class GATv2Layer:
         return self.heads * self.out_features if self.concat else self.out_features
 
     def reset_parameters(self):
-        """Glorot weights and attention vector, zero biases (as PyG)."""
+        """Initialise as PyG: glorot weights and ``att``, projection biases ±1/sqrt(fan_in), zero ``bias``."""
         for name, shape in self.params.shapes.items():
-            if name.startswith("W_"):
+            if name.startswith("W_") or name == "att":
                 self.params[name] = glorot(self._rng, shape, self.dtype)
-            elif name == "att":
-                self.params[name] = glorot(self._rng, shape, self.dtype)
-            else:
+            elif name == "bias":
                 self.params[name] = np.zeros(shape, self.dtype)
+            else:  # b_l, b_r, b_n: PyG's Linear default, uniform in ±1/sqrt(in_channels)
+                fan_in = self.in_features_src if name == "b_l" else self.in_features_dst
+                self.params[name] = uniform_bias(self._rng, shape, fan_in, self.dtype)
 
     def __repr__(self):
-        return (
-            f"GATv2Layer({self.in_features}, {self.out_features}, heads={self.heads}, concat={self.concat})"
-        )
+        extra = f", edge_dim={self.edge_dim}" if self.edge_dim is not None else ""
+        return (f"GATv2Layer({self.in_features!r}, {self.out_features}, heads={self.heads}, "
+                f"concat={self.concat}{extra})")
 
     def get_config(self):
-        """The constructor arguments (except ``seed``) as plain Python values."""
+        """The constructor arguments (except ``seed``) as plain JSON-able values."""
+        fill = list(self.fill_value) if isinstance(self.fill_value, tuple) else self.fill_value
         return {
-            "in_features": self.in_features,
+            "in_features": list(self.in_features) if self.bipartite else self.in_features,
             "out_features": self.out_features,
             "heads": self.heads,
             "concat": self.concat,
@@ -182,6 +238,8 @@ class GATv2Layer:
             "residual": self.residual,
             "attention_activation": self.attention_activation,
             "root_weight": self.root_weight,
+            "edge_dim": self.edge_dim,
+            "fill_value": fill,
         }
 
     def attention_graph(self, graph):
@@ -194,21 +252,24 @@ class GATv2Layer:
         return graph
 
     # ------------------------------------------------------------------ forward
-    def _weights(self, name):
-        p = self.params
-        if name == "r" and self.share_weights:
-            name = "l"
-        return p[f"W_{name}"], p.get(f"b_{name}")
-
-    def forward(self, graph, x, training=False, rng=None):
+    def forward(self, graph, x, edge_attr=None, *, training=False, rng=None):
         """Compute the layer output.
 
         Parameters
         ----------
         graph : CSRGraph or scipy.sparse matrix
-            CSR by target (row ``i`` = sources of node ``i``).
-        x : ndarray or scipy.sparse matrix, shape (num_nodes, in_features)
-            Sparse features stay sparse (multiplied as sparse).
+            CSR by target (row ``i`` = sources of node ``i``), shape
+            ``(num_dst, num_src)``.
+        x : ndarray or scipy.sparse matrix, or a pair of them
+            ``(num_nodes, F)`` features; for a bipartite layer the pair
+            ``(x_src, x_dst)`` of shapes ``(num_src, F_src)`` and
+            ``(num_dst, F_dst)``. A one-matrix layer given a rectangular
+            graph (a sampled block) reads ``num_src`` rows and takes the
+            first ``num_dst`` as the targets. Sparse features stay sparse.
+        edge_attr : ndarray, shape (graph.nnz, edge_dim), optional
+            Edge features **in the graph's CSR order** (see
+            ``CSRGraph.from_edge_index(..., edge_attr=...)`` to permute them
+            from ``edge_index`` order). Required iff ``edge_dim`` is set.
         training : bool, default False
             Apply attention dropout (when ``dropout > 0``).
         rng : numpy.random.Generator, optional
@@ -216,50 +277,52 @@ class GATv2Layer:
 
         Returns
         -------
-        out : ndarray, shape (num_nodes, out_dim)
+        out : ndarray, shape (num_dst, out_dim)
         cache : LayerCache
-            Everything ``backward`` needs; ``cache.alpha`` holds the attention.
+            Everything ``backward`` needs; ``cache.alpha`` (shape
+            ``(cache.graph.nnz, heads)``) holds the attention in the CSR
+            order of ``cache.graph``, the graph the attention ran on.
         """
         _runtime.ensure_initialised()
-        with _runtime.blas_single_thread(), _runtime.compile_notice(("forward", self.dtype.char)):
-            return self._forward(graph, x, training, rng)
-
-    def _forward(self, graph, x, training, rng):
-        g = self.attention_graph(graph)
-        x = V.check_features(x, "x", g.num_nodes, self.in_features, self.dtype)
+        inputs = resolve_inputs(self, graph, x, edge_attr)
         self.params.check_finite()
-        n, H, C = g.num_nodes, self.heads, self.out_features
+        if rng is not None and not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        with _runtime.blas_single_thread(), _runtime.compile_notice(("forward", self.dtype.char)):
+            return self._forward(inputs, bool(training), rng)
+
+    __call__ = forward
+
+    def _project(self, inputs, ws):
+        """``(xl, xr)``: the source and target projections, shape (rows, H, C)."""
+        H, C, dtype = self.heads, self.out_features, self.dtype
+        x_src, x_dst = inputs.x_src, inputs.x_dst
+        n_src, n_dst = x_src.shape[0], x_dst.shape[0]
+        W_l, b_l = self.params["W_l"], self.params.get("b_l")
+        W_r, b_r = (W_l, b_l) if self.share_weights else (self.params["W_r"], self.params.get("b_r"))
+        xl = ws.empty("xl", (n_src, H, C), dtype)
+        if self.share_weights and inputs.relation == "same":
+            _project_one(x_src, W_l, b_l, xl.reshape(n_src, H * C))
+            return xl, xl
+        xr = ws.empty("xr", (n_dst, H, C), dtype)
+        if inputs.relation == "same" and sp.issparse(x_src):  # both projections in one pass over the features
+            csr_dense_matmul2(x_src.indptr, x_src.indices, x_src.data, np.ascontiguousarray(W_l.T),
+                              np.ascontiguousarray(W_r.T), bias_or_empty(b_l, dtype), bias_or_empty(b_r, dtype),
+                              xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
+        elif inputs.relation == "same":
+            dense_projections(x_src, [(W_l, b_l, xl.reshape(n_src, H * C)), (W_r, b_r, xr.reshape(n_dst, H * C))])
+        else:
+            _project_one(x_src, W_l, b_l, xl.reshape(n_src, H * C))
+            _project_one(x_dst, W_r, b_r, xr.reshape(n_dst, H * C))
+        return xl, xr
+
+    def _forward(self, inputs, training, rng):
+        g = inputs.attention
+        H, C, dtype = self.heads, self.out_features, self.dtype
+        n = g.num_dst
         params = dict(self.params)
         ws = self._workspace
-        dtype = self.dtype
-
-        # projections straight into their own contiguous buffers (no concatenation, no copies)
-        W_l, b_l = self._weights("l")
-        xl = ws.empty("xl", (n, H, C), dtype)
-        if self.share_weights:
-            if sp.issparse(x):
-                linear_into(x, W_l, b_l, xl.reshape(n, H * C))
-            else:
-                dense_projections(x, [(W_l, b_l, xl.reshape(n, H * C))])
-            xr = xl
-        else:
-            W_r, b_r = self._weights("r")
-            xr = ws.empty("xr", (n, H, C), dtype)
-            if sp.issparse(x):  # both projections in one pass over the sparse features
-                csr_dense_matmul2(
-                    x.indptr,
-                    x.indices,
-                    x.data,
-                    np.ascontiguousarray(W_l.T),
-                    np.ascontiguousarray(W_r.T),
-                    bias_or_empty(b_l, dtype),
-                    bias_or_empty(b_r, dtype),
-                    xl.reshape(n, H * C),
-                    xr.reshape(n, H * C),
-                )
-            else:
-                dense_projections(x, [(W_l, b_l, xl.reshape(n, H * C)), (W_r, b_r, xr.reshape(n, H * C))])
-
+        xl, xr = self._project(inputs, ws)
         if training and self.dropout > 0.0:
             gen = self._rng if rng is None else rng
             draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
@@ -268,36 +331,20 @@ class GATv2Layer:
             np.multiply(draw >= self.dropout, dtype.type(1.0 / (1.0 - self.dropout)), out=edge_scale)
         else:
             edge_scale = np.zeros((0, H), dtype)
-
-        alpha = ws.empty("alpha", (g.nnz, H), dtype)
-        per_head = ws.empty("out", (n, H, C), dtype)
-        gatv2_forward(
-            g.indptr,
-            g.indices,
-            xl,
-            xr,
-            params["att"],
-            dtype.type(self.negative_slope),
-            ACTIVATIONS[self.attention_activation],
-            edge_scale,
-            alpha,
-            per_head,
-        )
+        alpha, per_head = attention_forward(self, g, xl, xr, inputs.u, edge_scale, params, ws)
+        x_dst = inputs.x_dst
         if self.root_weight == "theta_r":
             per_head += xr
         elif self.root_weight == "theta_n":
-            per_head += linear(x, params["W_n"], params.get("b_n")).reshape(n, H, C)
-
+            per_head += linear(x_dst, params["W_n"], params.get("b_n")).reshape(n, H, C)
         # per_head belongs to this call: finish the output in place
         out = per_head.reshape(n, H * C) if self.concat else per_head.mean(axis=1)
         if self.residual:
-            out += linear(x, params["W_res"], None)
+            out += linear(x_dst, params["W_res"], None)
         if self.bias:
             out += params["bias"]
-        cache = LayerCache(g, x, xl, xr, alpha, edge_scale, params)
+        cache = LayerCache.make(self._token, inputs, xl, xr, alpha, edge_scale, params)
         return out, cache
-
-    __call__ = forward
 
     # ------------------------------------------------------------------ backward
     def backward(self, cache, grad_out, theta_r="linear"):
@@ -306,8 +353,8 @@ class GATv2Layer:
         Parameters
         ----------
         cache : LayerCache
-            From ``forward`` on this layer.
-        grad_out : ndarray, shape (num_nodes, out_dim)
+            From ``forward`` on this layer (a cache of another layer is refused).
+        grad_out : ndarray, shape (num_dst, out_dim)
         theta_r : {"linear", "pairwise"}, default "linear"
             Form of the Θ_R term: the O(N)-per-node sum or the paper's
             pairwise O(N²)-per-node sum. Both agree to rounding.
@@ -315,80 +362,19 @@ class GATv2Layer:
         Returns
         -------
         grads : dict
-            One entry per key of ``params`` plus ``"x"``, the input gradient
-            (None when ``x`` was sparse).
+            One entry per key of ``params``; ``"x"``, the input gradient
+            (None when ``x`` was sparse; a pair ``(grad_x_src, grad_x_dst)``
+            for a bipartite layer); and ``"edge_attr"`` with ``edge_dim``
+            (shaped and ordered as the ``edge_attr`` given, the path through
+            the self-loop fill included).
         """
-        _runtime.ensure_initialised()
-        with _runtime.blas_single_thread(), _runtime.compile_notice(("backward", self.dtype.char)):
-            return self._backward(cache, grad_out, theta_r)
-
-    def _backward(self, cache, grad_out, theta_r):
         if not isinstance(cache, LayerCache):
             raise TypeError(f"cache must be the LayerCache returned by forward, got {type(cache).__name__}")
+        cache.check_owner(self._token, self)
         V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
-        g = cache.graph
-        n, H, C = g.num_nodes, self.heads, self.out_features
-        grad_out = V.check_dense(grad_out, "grad_out", (n, self.out_dim), self.dtype)
-        params = cache.params
-        ws = self._workspace
-        dtype = self.dtype
-        grads = {}
-
-        if self.concat:
-            g_heads = grad_out.reshape(n, H, C)
-        else:
-            g_heads = ws.empty("g_heads", (n, H, C), dtype)
-            np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
-        if self.bias:
-            grads["bias"] = grad_out.sum(axis=0)
-
-        kind = ACTIVATIONS[self.attention_activation]
-        slope = dtype.type(self.negative_slope)
-        upstream = ws.empty("upstream", (g.nnz, H), dtype)
-        delta = ws.empty("delta", (g.nnz, H), dtype)
-        p_term = ws.empty("p_term", (n, H, C), dtype)
-        att_part = ws.empty("att_part", (num_att_blocks(n), H, C), dtype)
-        gatv2_backward_target(
-            g.indptr,
-            g.indices,
-            cache.xl,
-            cache.xr,
-            params["att"],
-            slope,
-            kind,
-            cache.edge_scale,
-            cache.alpha,
-            g_heads,
-            theta_r == "pairwise",
-            upstream,
-            delta,
-            p_term,
-            att_part,
-        )
-        src_indptr, src_edges = g.source_order()
-        q_term = ws.empty("q_term", (n, H, C), dtype)
-        gatv2_backward_source(
-            src_indptr,
-            src_edges,
-            ws.source_targets(g),
-            cache.xl,
-            cache.xr,
-            params["att"],
-            slope,
-            kind,
-            cache.edge_scale,
-            cache.alpha,
-            delta,
-            g_heads,
-            q_term,
-        )
-        grads["att"] = att_part.sum(axis=0)
-
-        # p_term and q_term are this call's scratch: update them in place
-        grad_xr = p_term.reshape(n, H * C)
-        grad_xl = q_term.reshape(n, H * C)
-        if self.root_weight == "theta_r":
-            grad_xr += g_heads.reshape(n, H * C)
-
-        grads.update(input_side_grads(self, cache, grad_xl, grad_xr, g_heads, grad_out, ws))
-        return {k: grads[k] for k in list(self.params) + ["x"]}
+        grad_out = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
+        _runtime.ensure_initialised()
+        with _runtime.blas_single_thread(), _runtime.compile_notice(("backward", self.dtype.char)):
+            grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)
+        keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
+        return {k: grads[k] for k in keys}

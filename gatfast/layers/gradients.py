@@ -1,8 +1,12 @@
 """The layer's gradients on the input side of the attention: weights, biases and ``x``.
 
-Given ``∂L/∂x_l`` and ``∂L/∂x_r`` (the source and target projections, from
-the kernels' two passes), the projection weight gradients are products with
-the input features and the input gradient is a product with the weights.
+Given ``∂L/∂x_l`` (``Q``, one row per source) and ``∂L/∂x_r`` (``P``, one
+row per target) from the kernels' two passes, the projection weight
+gradients are ``Qᵀ x_src`` and ``Pᵀ x_dst`` and the input gradients
+``Q W_l`` and ``P W_r`` (plus the root and residual terms on the targets).
+For one feature matrix shared by sources and targets both land in one
+array; for a block (targets = the first rows) the target part is added to
+those rows; a bipartite layer gets the pair.
 """
 
 from __future__ import annotations
@@ -16,6 +20,52 @@ from .dense import dense_backward, matmul_add, weight_grad
 __all__ = ["input_side_grads"]
 
 
+def _transposed(x):
+    """``x.T`` in CSR (features by node) for sparse ``x``, else None."""
+    return x.T.tocsr() if sp.issparse(x) else None
+
+
+def _one_side(x, x_t, grad, W, with_bias, ws, key):
+    """``(∂W, ∂b, ∂x)`` of ``y = x @ W.T + b`` given ``grad = ∂L/∂y`` (``∂x`` None for sparse x)."""
+    if x_t is None:
+        grad_x = ws.empty(key, x.shape, grad.dtype)
+        gW, gb, _, _ = dense_backward(x, grad, None, W, None, grad_x, with_bias)
+        return gW, gb, grad_x
+    return weight_grad(grad, x, x_t), (grad.sum(axis=0) if with_bias else None), None
+
+
+def _same_input(layer, x, grad_xl, grad_xr, params, ws):
+    """Both projections of one feature matrix: ``(grads, grad_x)``."""
+    grads = {}
+    bias = layer.bias
+    H, C = layer.heads, layer.out_features
+    if not sp.issparse(x):  # both weight gradients, biases and grad_x by row chunks in parallel
+        grad_x = ws.empty("grad_x", x.shape, x.dtype)
+        if layer.share_weights:
+            grad_xl += grad_xr
+            gW_l, gb_l, _, _ = dense_backward(x, grad_xl, None, params["W_l"], None, grad_x, bias)
+        else:
+            gW_l, gb_l, gW_r, gb_r = dense_backward(x, grad_xl, grad_xr, params["W_l"], params["W_r"], grad_x, bias)
+            grads["W_r"], grads["b_r"] = gW_r, gb_r
+        grads["W_l"], grads["b_l"] = gW_l, gb_l
+        return grads, grad_x
+    x_t = _transposed(x)
+    if layer.share_weights:
+        grad_xl += grad_xr
+        grads["W_l"] = weight_grad(grad_xl, x, x_t)
+        grads["b_l"] = grad_xl.sum(axis=0) if bias else None
+        return grads, None
+    # sparse x: both weight gradients in one pass over its transpose
+    g_l = np.empty((x_t.shape[0], H * C), x.dtype)
+    g_r = np.empty((x_t.shape[0], H * C), x.dtype)
+    empty = np.zeros(0, x.dtype)
+    csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, grad_xl, grad_xr, empty, empty, g_l, g_r)
+    grads["W_l"], grads["W_r"] = np.ascontiguousarray(g_l.T), np.ascontiguousarray(g_r.T)
+    grads["b_l"] = grad_xl.sum(axis=0) if bias else None
+    grads["b_r"] = grad_xr.sum(axis=0) if bias else None
+    return grads, None
+
+
 def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws):
     """Gradients of the projection weights and biases, the root and residual weights, and ``x``.
 
@@ -23,66 +73,58 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws):
     ----------
     layer : GATv2Layer
     cache : LayerCache
-    grad_xl, grad_xr : ndarray, shape (n, H*C)
-        ``∂L/∂x_l`` and ``∂L/∂x_r``; scratch owned by the call (updated in place).
-    g_heads : ndarray, shape (n, H, C)
+    grad_xl : ndarray, shape (num_src, H*C)
+        ``∂L/∂x_l``; scratch owned by the call (updated in place).
+    grad_xr : ndarray, shape (num_dst, H*C)
+        ``∂L/∂x_r``; scratch owned by the call (updated in place).
+    g_heads : ndarray, shape (num_dst, H, C)
         The upstream gradient per head.
-    grad_out : ndarray, shape (n, out_dim)
+    grad_out : ndarray, shape (num_dst, out_dim)
         The upstream gradient of the layer output.
     ws : Workspace
 
     Returns
     -------
     dict
-        Parameter name -> gradient, and ``"x"`` (None for sparse ``x``).
+        Parameter name -> gradient, and ``"x"``: an array (None for sparse
+        ``x``), or ``(grad_x_src, grad_x_dst)`` for a bipartite layer.
     """
     params = cache.params
-    dtype = layer.dtype
-    n, H, C = g_heads.shape
-    grads = {}
-    x = cache.x
-    x_t = x.T.tocsr() if sp.issparse(x) else None  # features by node, for the weight gradients
-    grad_x = None
-    if x_t is None:  # dense x: both weight gradients, biases and grad_x by row chunks in parallel
-        grad_x = ws.empty("grad_x", x.shape, dtype)
+    inputs = cache.inputs
+    x_src, x_dst, relation = inputs.x_src, inputs.x_dst, inputs.relation
+    n_dst = x_dst.shape[0]
+    H, C = layer.heads, layer.out_features
+    if relation == "same":
+        grads, grad_x_src = _same_input(layer, x_src, grad_xl, grad_xr, params, ws)
+        grad_x_dst = grad_x_src
+    else:
+        W_l = params["W_l"]
+        W_r = W_l if layer.share_weights else params["W_r"]
+        gW_l, gb_l, grad_x_src = _one_side(x_src, _transposed(x_src), grad_xl, W_l, layer.bias, ws, "grad_x_src")
+        gW_r, gb_r, grad_x_dst = _one_side(x_dst, _transposed(x_dst), grad_xr, W_r, layer.bias, ws, "grad_x_dst")
         if layer.share_weights:
-            grad_xl += grad_xr
-            gW_l, gb_l, _, _ = dense_backward(x, grad_xl, None, params["W_l"], None, grad_x, layer.bias)
+            grads = {"W_l": gW_l + gW_r, "b_l": gb_l + gb_r if layer.bias else None}
         else:
-            gW_l, gb_l, gW_r, gb_r = dense_backward(
-                x, grad_xl, grad_xr, params["W_l"], params["W_r"], grad_x, layer.bias
-            )
-            grads["W_r"] = gW_r
-            if layer.bias:
-                grads["b_r"] = gb_r
-        grads["W_l"] = gW_l
-        if layer.bias:
-            grads["b_l"] = gb_l
-    elif layer.share_weights:
-        grad_xl += grad_xr
-        grads["W_l"] = weight_grad(grad_xl, x, x_t)
-        if layer.bias:
-            grads["b_l"] = grad_xl.sum(axis=0)
-    else:  # sparse x: both weight gradients in one pass over its transpose
-        g_l = np.empty((x_t.shape[0], H * C), dtype)
-        g_r = np.empty((x_t.shape[0], H * C), dtype)
-        empty = np.zeros(0, dtype)
-        csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, grad_xl, grad_xr, empty, empty, g_l, g_r)
-        grads["W_l"] = np.ascontiguousarray(g_l.T)
-        grads["W_r"] = np.ascontiguousarray(g_r.T)
-        if layer.bias:
-            grads["b_l"] = grad_xl.sum(axis=0)
-            grads["b_r"] = grad_xr.sum(axis=0)
+            grads = {"W_l": gW_l, "b_l": gb_l, "W_r": gW_r, "b_r": gb_r}
+    x_dst_t = _transposed(x_dst) if sp.issparse(x_dst) else None
     if layer.root_weight == "theta_n":
-        gn = g_heads.reshape(n, H * C)
-        grads["W_n"] = weight_grad(gn, x, x_t)
+        gn = g_heads.reshape(n_dst, H * C)
+        grads["W_n"] = weight_grad(gn, x_dst, x_dst_t)
         if layer.bias:
             grads["b_n"] = gn.sum(axis=0)
-        if grad_x is not None:
-            matmul_add(gn, params["W_n"], grad_x)
+        if grad_x_dst is not None:
+            matmul_add(gn, params["W_n"], grad_x_dst)
     if layer.residual:
-        grads["W_res"] = weight_grad(grad_out, x, x_t)
-        if grad_x is not None:
-            matmul_add(grad_out, params["W_res"], grad_x)
-    grads["x"] = grad_x
+        grads["W_res"] = weight_grad(grad_out, x_dst, x_dst_t)
+        if grad_x_dst is not None:
+            matmul_add(grad_out, params["W_res"], grad_x_dst)
+    grads = {k: v for k, v in grads.items() if v is not None}
+    if relation == "pair":
+        grads["x"] = (grad_x_src, grad_x_dst)
+    elif relation == "prefix":  # the targets are the first rows of the one matrix
+        if grad_x_src is not None:
+            grad_x_src[:n_dst] += grad_x_dst
+        grads["x"] = grad_x_src
+    else:
+        grads["x"] = grad_x_src
     return grads

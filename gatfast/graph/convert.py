@@ -1,0 +1,110 @@
+"""From PyG's ``edge_index`` and from scipy matrices to CSR-by-target arrays.
+
+Pure functions returning arrays; :class:`~gatfast.graph.CSRGraph` wraps them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["from_edge_index", "from_scipy", "permute_edge_attr"]
+
+
+def _count(value, name, limit):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if value < 0 or value > limit:
+        raise ValueError(f"{name} must be in [0, {limit}], got {value}")
+    return value
+
+
+def from_edge_index(edge_index, num_nodes, size, limit):
+    """``(indptr, indices, num_dst, num_src, order)``; ``order`` maps CSR positions to edge_index columns."""
+    if sp.issparse(edge_index):
+        raise TypeError("edge_index must be an integer array of shape (2, E), got a scipy.sparse matrix "
+                        "(use CSRGraph.from_scipy)")
+    ei = np.asarray(edge_index)
+    if ei.dtype == bool or not np.issubdtype(ei.dtype, np.integer):
+        if ei.size == 0 and ei.dtype.kind == "f":
+            ei = ei.astype(np.int64)
+        else:
+            raise TypeError(f"edge_index must be an integer array, got dtype {ei.dtype}")
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, E), got {ei.shape}")
+    ei = ei.astype(np.int64, copy=False)
+    num_edges = ei.shape[1]
+    if num_edges and ei.min() < 0:
+        raise ValueError(f"edge_index must be non-negative, found {ei.min()}")
+    src, dst = ei[0], ei[1]
+    if size is not None:
+        if num_nodes is not None:
+            raise ValueError("pass either num_nodes (a square graph) or size (a bipartite one), not both")
+        if not isinstance(size, (tuple, list)) or len(size) != 2:
+            raise TypeError(f"size must be a pair (num_src, num_dst), got {size!r}")
+        n_src = _count(size[0], "size[0] (num_src)", limit)
+        n_dst = _count(size[1], "size[1] (num_dst)", limit)
+        if num_edges and src.max() >= n_src:
+            raise ValueError(f"edge_index has source {src.max()} but size[0] (num_src) is {n_src}")
+        if num_edges and dst.max() >= n_dst:
+            raise ValueError(f"edge_index has target {dst.max()} but size[1] (num_dst) is {n_dst}")
+    else:
+        inferred = int(ei.max()) + 1 if num_edges else 0
+        if num_nodes is None:
+            bound = 16 * num_edges + 65536
+            if inferred > bound:
+                raise ValueError(
+                    f"edge_index refers to node {inferred - 1} but has only {num_edges} edges: pass num_nodes "
+                    f"explicitly if the graph really has {inferred} nodes (inferred counts above 16 x edges + "
+                    "65536 are refused, since they would allocate far beyond what the edges need)"
+                )
+            num_nodes = inferred
+        num_nodes = _count(num_nodes, "num_nodes", limit)
+        if inferred > num_nodes:
+            raise ValueError(f"edge_index refers to node {inferred - 1} but num_nodes is {num_nodes}")
+        n_src = n_dst = num_nodes
+    order = np.argsort(dst, kind="stable")
+    indptr = np.zeros(n_dst + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n_dst), out=indptr[1:])
+    return indptr, src[order], n_dst, n_src, order
+
+
+def from_scipy(A, rows, keep_entries):
+    """``(indptr, indices, (num_dst, num_src), order)``; ``order`` maps CSR positions to ``A.tocoo()`` entries."""
+    if not sp.issparse(A):
+        raise TypeError(f"A must be a scipy.sparse matrix or array, got {type(A).__name__}")
+    if A.ndim != 2:
+        raise ValueError(f"A must be 2-D, got shape {A.shape}")
+    if rows not in ("targets", "sources"):
+        raise ValueError(f"rows must be 'targets' or 'sources', got {rows!r}")
+    shape = A.shape if rows == "targets" else A.shape[::-1]
+    if keep_entries:  # every stored entry is one edge (multi-edges and explicit zeros kept)
+        coo = A.tocoo()
+        tgt, src = (coo.row, coo.col) if rows == "targets" else (coo.col, coo.row)
+        tgt = tgt.astype(np.int64)
+        order = np.argsort(tgt, kind="stable")
+        indptr = np.zeros(shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(tgt, minlength=shape[0]), out=indptr[1:])
+        return indptr, src.astype(np.int64)[order], shape, order
+    # canonical rows; copy: sum_duplicates/eliminate_zeros work in place on shared arrays
+    csr = sp.csr_array(A if rows == "targets" else A.T, copy=True)
+    csr.sum_duplicates()
+    csr.eliminate_zeros()
+    return csr.indptr, csr.indices, shape, None
+
+
+def permute_edge_attr(edge_attr, order, num_edges):
+    """``edge_attr`` as a float array of shape (E, D), rows taken in ``order``."""
+    if sp.issparse(edge_attr):
+        raise TypeError("edge_attr must be a dense array of shape (E, D), got a scipy.sparse matrix")
+    arr = np.asarray(edge_attr)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise TypeError(f"edge_attr must be a numeric array, got dtype {arr.dtype}")
+    if arr.ndim == 1:
+        arr = arr.reshape(-1, 1)
+    if arr.ndim != 2 or arr.shape[0] != num_edges:
+        raise ValueError(f"edge_attr must have shape ({num_edges}, D) (one row per edge), got {np.shape(edge_attr)}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        arr = arr.astype(np.float64)
+    return np.ascontiguousarray(arr[order])

@@ -1,0 +1,106 @@
+"""The attention part of a layer: the kernels' forward and backward passes.
+
+Chooses between each kernel's parallel driver and its serial twin (the same
+bits; see ``gatfast._runtime.use_parallel``), prepares the edge weights and
+the scratch arrays, and adds up the kernels' per-block partial sums in a
+fixed order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _runtime
+from ..kernels import (
+    ACTIVATIONS,
+    gatv2_backward_source,
+    gatv2_backward_source_serial,
+    gatv2_backward_target,
+    gatv2_backward_target_serial,
+    gatv2_forward,
+    gatv2_forward_serial,
+    num_att_blocks,
+)
+from .gradients import input_side_grads
+from .inputs import edge_attr_grad
+
+__all__ = ["attention_backward", "attention_forward"]
+
+
+def _edge_weights(layer, params):
+    """``W_e`` (H*C, D) as ``(H, D, C)``, contiguous over channels; a (H, 1, C) dummy without edge features."""
+    H, C = layer.heads, layer.out_features
+    if layer.edge_dim is None:
+        return np.zeros((H, 1, C), layer.dtype)
+    return np.ascontiguousarray(params["W_e"].reshape(H, C, layer.edge_dim).transpose(0, 2, 1))
+
+
+def _work(graph, layer, u):
+    return graph.nnz * layer.heads * layer.out_features * (1 + u.shape[1] if u.shape[0] else 1)
+
+
+def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
+    """``(alpha, per_head)``: attention weights (E, H) and per-head aggregation (n_dst, H, C)."""
+    H, C, dtype = layer.heads, layer.out_features, layer.dtype
+    alpha = ws.empty("alpha", (g.nnz, H), dtype)
+    per_head = ws.empty("out", (g.num_dst, H, C), dtype)
+    kernel = gatv2_forward if _runtime.use_parallel(_work(g, layer, u)) else gatv2_forward_serial
+    kernel(g.indptr, g.indices, xl, xr, params["att"], dtype.type(layer.negative_slope),
+           ACTIVATIONS[layer.attention_activation], u, _edge_weights(layer, params), edge_scale, alpha, per_head)
+    return alpha, per_head
+
+
+def attention_backward(layer, cache, grad_out, pairwise, ws):
+    """Every gradient of the layer (see ``GATv2Layer.backward``)."""
+    g = cache.graph
+    n_dst, n_src = g.shape
+    H, C, dtype = layer.heads, layer.out_features, layer.dtype
+    params = cache.params
+    u = cache.inputs.u
+    dims = u.shape[1]
+    has_edge = u.shape[0] > 0
+    grads = {}
+    if layer.concat:
+        g_heads = grad_out.reshape(n_dst, H, C)
+    else:
+        g_heads = ws.empty("g_heads", (n_dst, H, C), dtype)
+        np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
+    if layer.bias:
+        grads["bias"] = grad_out.sum(axis=0)
+
+    kind = ACTIVATIONS[layer.attention_activation]
+    slope = dtype.type(layer.negative_slope)
+    weT = _edge_weights(layer, params)
+    blocks = num_att_blocks(n_dst)
+    upstream = ws.empty("upstream", (g.nnz, H), dtype)
+    delta = ws.empty("delta", (g.nnz, H), dtype)
+    p_term = ws.empty("p_term", (n_dst, H, C), dtype)
+    att_part = ws.empty("att_part", (blocks, H, C), dtype)
+    we_part = ws.empty("we_part", (blocks, H, dims, C), dtype) if has_edge else np.empty((0, H, dims, C), dtype)
+    grad_u = ws.empty("grad_u", (g.nnz, dims), dtype) if has_edge else np.empty((0, dims), dtype)
+    parallel = _runtime.use_parallel(_work(g, layer, u))
+    target = gatv2_backward_target if parallel else gatv2_backward_target_serial
+    target(g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind, u, weT, cache.edge_scale,
+           cache.alpha, g_heads, pairwise, upstream, delta, p_term, att_part, we_part, grad_u)
+    src_indptr, src_edges = g.source_order()
+    q_term = ws.empty("q_term", (n_src, H, C), dtype)
+    source = gatv2_backward_source if parallel else gatv2_backward_source_serial
+    source(src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, u, weT,
+           cache.edge_scale, cache.alpha, delta, g_heads, q_term)
+    grads["att"] = att_part.sum(axis=0)
+    if layer.edge_dim is not None:
+        if has_edge:
+            we = we_part.sum(axis=0)
+        else:  # no edge at all: the kernels never touched the edge arrays
+            we = np.zeros((H, dims, C), dtype)
+            grad_u = np.zeros((g.nnz, dims), dtype)
+        grads["W_e"] = np.ascontiguousarray(we.transpose(0, 2, 1).reshape(H * C, dims))
+        grads["edge_attr"] = edge_attr_grad(layer, cache.inputs, grad_u)
+
+    # p_term and q_term are this call's scratch: update them in place
+    grad_xr = p_term.reshape(n_dst, H * C)
+    grad_xl = q_term.reshape(n_src, H * C)
+    if layer.root_weight == "theta_r":
+        grad_xr += g_heads.reshape(n_dst, H * C)
+    grads.update(input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws))
+    return grads
