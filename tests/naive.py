@@ -396,3 +396,115 @@ def randomize_params(layer, rng, scale=1.0):
     """Give every parameter (biases included, which start at zero) random values."""
     for name, arr in layer.params.items():
         layer.params[name] = scale * rng.standard_normal(arr.shape)
+
+
+# ---------------------------------------------------------------------- edge features and bipartite input
+
+
+def general_forward(indptr, indices, x_src, x_dst, params, heads, concat=True, negative_slope=0.2,
+                    activation="leaky_relu", root_weight=None, u=None):
+    """Reference forward with separate source/target features and edge attributes.
+
+    ``x_src`` (n_src, F_src) feeds ``W_l``, ``x_dst`` (n_dst, F_dst) feeds
+    ``W_r`` (``W_l`` if absent), the root weights and the residual; ``u`` (E, D)
+    are the attention graph's edge attributes, ``W_e`` (H*C, D) their weights:
+    ``z_ij = r_i + x_j + W_e u_ij`` per head. Returns ``(out, alpha, xl3, xr3, ee)``.
+    """
+    att = params["att"]
+    C = att.shape[1]
+    n_src, n_dst = x_src.shape[0], x_dst.shape[0]
+    xl3 = _project(x_src, params["W_l"], params.get("b_l")).reshape(n_src, heads, C)
+    W_r, b_r = (params["W_r"], params.get("b_r")) if "W_r" in params else (params["W_l"], params.get("b_l"))
+    xr3 = _project(x_dst, W_r, b_r).reshape(n_dst, heads, C)
+    ee = np.zeros((len(indices), heads, C))
+    if u is not None and "W_e" in params:
+        ee = (u @ params["W_e"].T).reshape(len(indices), heads, C)
+    alpha = np.zeros((len(indices), heads))
+    per_head = np.zeros((n_dst, heads, C))
+    for h in range(heads):
+        for i in range(n_dst):
+            edges = range(indptr[i], indptr[i + 1])
+            if len(edges) == 0:
+                continue
+            scores = {e: float(att[h] @ act(xr3[i, h] + xl3[indices[e], h] + ee[e, h], activation, negative_slope))
+                      for e in edges}
+            m = max(scores.values())
+            denom = sum(np.exp(v - m) for v in scores.values())
+            for e in edges:
+                alpha[e, h] = np.exp(scores[e] - m) / denom
+                per_head[i, h] += alpha[e, h] * xl3[indices[e], h]
+    if root_weight == "theta_r":
+        per_head += xr3
+    elif root_weight == "theta_n":
+        per_head += _project(x_dst, params["W_n"], params.get("b_n")).reshape(n_dst, heads, C)
+    out = per_head.reshape(n_dst, heads * C) if concat else per_head.mean(axis=1)
+    if "W_res" in params:
+        out = out + x_dst @ params["W_res"].T
+    if "bias" in params:
+        out = out + params["bias"]
+    return out, alpha, xl3, xr3, ee
+
+
+def general_backward(indptr, indices, x_src, x_dst, params, grad_out, heads, concat=True, negative_slope=0.2,
+                     activation="leaky_relu", root_weight=None, u=None):
+    """Closed-form gradients for :func:`general_forward`, edge by edge.
+
+    Returns every parameter's gradient, ``"x_src"``, ``"x_dst"`` and, with
+    ``u``, ``"u"`` (E, D): the gradient of the attention graph's attributes.
+    """
+    att = params["att"]
+    C = att.shape[1]
+    n_src, n_dst = x_src.shape[0], x_dst.shape[0]
+    _, alpha, xl3, xr3, ee = general_forward(indptr, indices, x_src, x_dst, params, heads, concat,
+                                              negative_slope, activation, root_weight, u)
+    g3 = head_grads(grad_out, heads, concat)
+    P = np.zeros((n_dst, heads, C))
+    Q = np.zeros((n_src, heads, C))
+    d_att = np.zeros_like(att)
+    d_ee = np.zeros_like(ee)
+    for h in range(heads):
+        for i in range(n_dst):
+            edges = list(range(indptr[i], indptr[i + 1]))
+            A = {e: g3[i, h] @ xl3[indices[e], h] for e in edges}
+            a_bar = sum(alpha[e, h] * A[e] for e in edges)
+            for e in edges:
+                j = indices[e]
+                z = xr3[i, h] + xl3[j, h] + ee[e, h]
+                delta = alpha[e, h] * (A[e] - a_bar)
+                q = delta * att[h] * act_slope(z, activation, negative_slope)
+                P[i, h] += q
+                Q[j, h] += q + alpha[e, h] * g3[i, h]
+                d_ee[e, h] = q
+                d_att[h] += delta * act(z, activation, negative_slope)
+    grad_xl = Q.reshape(n_src, heads * C)
+    grad_xr = P.reshape(n_dst, heads * C)
+    if root_weight == "theta_r":
+        grad_xr = grad_xr + g3.reshape(n_dst, heads * C)
+    grads = {"att": d_att}
+    if "W_r" in params:
+        grads["W_l"], grads["W_r"] = grad_xl.T @ x_src, grad_xr.T @ x_dst
+        gx_src, gx_dst = grad_xl @ params["W_l"], grad_xr @ params["W_r"]
+        if "b_l" in params:
+            grads["b_l"], grads["b_r"] = grad_xl.sum(axis=0), grad_xr.sum(axis=0)
+    else:
+        grads["W_l"] = grad_xl.T @ x_src + grad_xr.T @ x_dst
+        gx_src, gx_dst = grad_xl @ params["W_l"], grad_xr @ params["W_l"]
+        if "b_l" in params:
+            grads["b_l"] = grad_xl.sum(axis=0) + grad_xr.sum(axis=0)
+    if root_weight == "theta_n":
+        gn = g3.reshape(n_dst, heads * C)
+        grads["W_n"] = gn.T @ x_dst
+        gx_dst = gx_dst + gn @ params["W_n"]
+        if "b_n" in params:
+            grads["b_n"] = gn.sum(axis=0)
+    if "W_res" in params:
+        grads["W_res"] = grad_out.T @ x_dst
+        gx_dst = gx_dst + grad_out @ params["W_res"]
+    if "bias" in params:
+        grads["bias"] = grad_out.sum(axis=0)
+    if u is not None and "W_e" in params:
+        flat = d_ee.reshape(len(indices), heads * C)
+        grads["W_e"] = flat.T @ u
+        grads["u"] = flat @ params["W_e"]
+    grads["x_src"], grads["x_dst"] = gx_src, gx_dst
+    return grads

@@ -9,8 +9,11 @@ attribute is computed from are the contiguous slots
 * ``FILL_MEAN``: the mean of the row's attributes (0 for a row without edges);
 * ``FILL_ADD``: their sum (0 without edges);
 * ``FILL_MAX`` / ``FILL_MIN``: the extreme value (0 without edges); the
-  gradient is shared equally by the edges that attain it, as torch's
-  ``scatter_reduce`` does;
+  gradient is shared equally by the edges that attain it, as the backward
+  of torch's ``scatter_reduce`` (which PyG uses) does. That backward also
+  counts the zero the output starts from as one more tie when the extreme
+  is exactly 0 (even with ``include_self=False``), so then each tied edge
+  gets ``g / (ties + 1)``; this is matched, to give PyG's gradients;
 * ``FILL_MUL``: their product (1 without edges); the gradient of edge ``k``
   is the product of the others, formed without division (zeros are legal);
 * ``FILL_CONST``: the given vector; nothing flows back.
@@ -83,7 +86,7 @@ def fill_loop_attr_backward(indptr, loop_slots, mode, u, grad):
                     grad[e, d] += share
             elif mode == FILL_MAX or mode == FILL_MIN:
                 value = u[end, d]
-                ties = 0
+                ties = 1 if value == 0 else 0  # torch's phantom tie with its zero start (see above)
                 for e in range(start, end):
                     if u[e, d] == value:
                         ties += 1
