@@ -172,7 +172,7 @@ class GATv2Classifier:
         graph = V.as_graph(graph)
         x = V.check_features(x, "x", graph.num_nodes, self.n_features_in_, V.check_dtype(self.dtype))
         with _runtime.threads(self.threads):
-            return self.model_.predict(graph, x)
+            return self.model_.output(graph, x)
 
     def predict_proba(self, graph, x):
         """Class probabilities per node (softmax of the logits)."""

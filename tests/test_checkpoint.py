@@ -56,7 +56,7 @@ def test_round_trip_predicts_bit_for_bit(tmp_path, dtype):
     for k, v in model.parameters().items():
         assert loaded.parameters()[k].dtype == np.dtype(dtype)
         np.testing.assert_array_equal(loaded.parameters()[k], v)
-    np.testing.assert_array_equal(loaded.predict(ds.graph, ds.x), model.predict(ds.graph, ds.x))
+    np.testing.assert_array_equal(loaded.output(ds.graph, ds.x), model.output(ds.graph, ds.x))
 
 
 def test_documented_layout_loads_without_pickle(tmp_path, trained):

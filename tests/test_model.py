@@ -211,16 +211,16 @@ def test_parameters_are_the_model_arrays_and_load_copies_in_place():
     m = GATv2Network(3, 4, 2, heads=2, seed=1, dtype=np.float64)
     params = m.parameters()
     assert params["layers.0.W_l"] is m.layers[0].params["W_l"]
-    before = m.predict(g, x)
+    before = m.output(g, x)
     params["layers.1.bias"] += 1.0  # in-place update, as an optimizer does
-    np.testing.assert_allclose(m.predict(g, x), before + 1.0)
+    np.testing.assert_allclose(m.output(g, x), before + 1.0)
 
     other = GATv2Network(3, 4, 2, heads=2, seed=2, dtype=np.float64)
-    assert not np.allclose(other.predict(g, x), m.predict(g, x))
+    assert not np.allclose(other.output(g, x), m.output(g, x))
     ids = {k: id(v) for k, v in other.parameters().items()}
     src = {k: v.copy() for k, v in m.parameters().items()}
     other.load_parameters(src)
-    np.testing.assert_array_equal(other.predict(g, x), m.predict(g, x))
+    np.testing.assert_array_equal(other.output(g, x), m.output(g, x))
     assert {k: id(v) for k, v in other.parameters().items()} == ids
     src["layers.0.W_l"][:] = 0  # the model holds copies, not the caller's arrays
     assert np.any(other.parameters()["layers.0.W_l"] != 0)
@@ -271,7 +271,7 @@ def test_forward_training_dropout_is_reproducible_and_eval_is_deterministic():
     c = m.forward(g, x, training=True, rng=np.random.default_rng(6))[0]
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
-    e = m.predict(g, x)
+    e = m.output(g, x)
     np.testing.assert_array_equal(e, m.forward(g, x, training=False, rng=np.random.default_rng(6))[0])
     assert not np.allclose(a, e)
     # without rng the model's own generator advances: two training passes differ
@@ -284,7 +284,7 @@ def test_sparse_input_stays_sparse():
     dense = (rng.random((30, 12)) < 0.2) * rng.normal(size=(30, 12))
     xs = sp.csr_matrix(dense)
     m = GATv2Network(12, 4, 3, heads=2, seed=0, dtype=np.float64)
-    np.testing.assert_allclose(m.predict(g, xs), m.predict(g, dense), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(m.output(g, xs), m.output(g, dense), rtol=1e-12, atol=1e-14)
     out, cache = m.forward(g, xs, training=True, rng=np.random.default_rng(0))
     assert sp.issparse(cache.layer_caches[0].x)
     assert cache.masks[0].shape == (xs.nnz,) and (cache.masks[0] == 0).any()
@@ -313,7 +313,7 @@ def test_float32_model_and_inputs_untouched():
     assert all(v.dtype == np.float32 for v in grads.values())
     np.testing.assert_array_equal(x, x0)
     # an empty graph in the batch still gets an output (pooled to 0, then the head's bias)
-    np.testing.assert_allclose(m.predict(g, x, ptr)[1], m.head.params["bias"])
+    np.testing.assert_allclose(m.output(g, x, ptr)[1], m.head.params["bias"])
 
 
 def test_bad_arguments():

@@ -277,14 +277,14 @@ def test_adam_trains_a_network():
         g = CSRGraph.from_edge_index(np.stack([src[same], dst[same]]), n)
         model = GATv2Network(3, 4, 3, heads=2, dropout=0.1, attention_dropout=0.1, seed=0, dtype=np.float64)
         opt = Adam(model.parameters(), lr=0.05, weight_decay=5e-4)
-        first = softmax_cross_entropy(model.predict(g, x), y)[0]
+        first = softmax_cross_entropy(model.output(g, x), y)[0]
         for _ in range(40):
             out, cache = model.forward(g, x, training=True)
             _, grad = softmax_cross_entropy(out, y)
             grads = model.backward(cache, grad)
             clip_grad_norm(grads, 5.0)
             opt.step(grads)
-        last = softmax_cross_entropy(model.predict(g, x), y)[0]
+        last = softmax_cross_entropy(model.output(g, x), y)[0]
         assert last < 0.5 * first
     finally:
         numba.set_num_threads(before)

@@ -1,46 +1,28 @@
 """A stack of GATv2 layers with activations, dropout and an optional
-per-graph readout, with forward/backward through the whole stack."""
+per-graph readout; the pass through the stack is in ``stack.py``."""
 
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from .. import _validate as V
 from ..layers import THETA_R_FORMS, GATv2Layer
-from .activations import ACTIVATIONS, activation_backward, activation_forward
-from .dropout import apply_dropout
+from .activations import ACTIVATIONS
 from .linear import Linear
-from .pooling import POOL_MODES, global_pool, global_pool_backward
+from .pooling import POOL_MODES
+from .stack import NetworkCache, stack_backward, stack_forward
 
-__all__ = ["GATv2Network", "NetworkCache"]
+__all__ = ["GATv2Network", "NetworkCache", "READOUTS"]
 
 READOUTS = (None,) + POOL_MODES
 
-
-@dataclass
-class NetworkCache:
-    """What :meth:`GATv2Network.forward` keeps for the backward pass.
-
-    ``layer_caches[l]`` is the :class:`~gatfast.layer.LayerCache` of layer
-    ``l`` (its ``alpha`` holds that layer's attention); ``masks[l]`` the
-    feature-dropout multipliers applied to that layer's input (None when no
-    dropout was drawn); ``pre``/``post`` the values around each activation.
-    """
-
-    layer_caches: list = field(default_factory=list)
-    masks: list = field(default_factory=list)
-    pre: list = field(default_factory=list)
-    post: list = field(default_factory=list)
-    pool_cache: object = None
-    head_mask: np.ndarray = None
-    head_cache: object = None
-    out_shape: tuple = ()
-    dense_input: bool = True
+#: The most layers a network may have (deeper stacks of attention are not
+#: trained in practice, and a typo such as 10**6 would hang building them).
+MAX_LAYERS = 64
 
 
 class GATv2Network:
@@ -48,8 +30,9 @@ class GATv2Network:
 
     Parameters
     ----------
-    in_features : int
-        Input feature size.
+    in_features : int or (int, int)
+        Input feature size; ``(F_src, F_dst)`` makes the first layer
+        bipartite (its input is a pair ``(x_src, x_dst)``).
     hidden_features : int
         Channels per head of the hidden layers.
     out_features : int
@@ -69,7 +52,12 @@ class GATv2Network:
     attention_dropout : float, default 0.6
         Each layer's attention dropout (``GATv2Layer(dropout=...)``).
     residual, negative_slope, add_self_loops, share_weights, attention_activation, root_weight
-        Passed to every :class:`~gatfast.layer.GATv2Layer`.
+        Passed to every :class:`~gatfast.layers.GATv2Layer`.
+    edge_dim : int, optional
+        Edge features: every layer gets ``edge_dim`` and the same edge
+        attributes (``forward(..., edge_attr=...)``).
+    fill_value : str, float or sequence, default "mean"
+        Attributes of the self loops every layer adds (see ``GATv2Layer``).
     readout : {None, "mean", "sum", "max"}, default None
         None for node-level outputs; otherwise graph-level outputs by pooling.
     dtype : numpy.float32 or numpy.float64, default float32
@@ -123,11 +111,21 @@ class GATv2Network:
         readout=None,
         dtype=np.float32,
         seed=None,
+        edge_dim=None,
+        fill_value="mean",
     ):
-        self.in_features = V.check_int(in_features, "in_features", 1)
+        if isinstance(in_features, (list, tuple)):
+            if len(in_features) != 2:
+                raise ValueError(f"in_features must be an int or a pair (F_src, F_dst), got {in_features!r}")
+            self.in_features = (V.check_int(in_features[0], "in_features[0]", 1),
+                                V.check_int(in_features[1], "in_features[1]", 1))
+        else:
+            self.in_features = V.check_int(in_features, "in_features", 1)
         self.hidden_features = V.check_int(hidden_features, "hidden_features", 1)
         self.out_features = V.check_int(out_features, "out_features", 1)
         self.num_layers = V.check_int(num_layers, "num_layers", 1)
+        if self.num_layers > MAX_LAYERS:
+            raise ValueError(f"num_layers must be <= {MAX_LAYERS}, got {self.num_layers}")
         self.heads = V.check_int(heads, "heads", 1)
         self.out_heads = V.check_int(out_heads, "out_heads", 1)
         self.activation = V.check_choice(activation, "activation", set(ACTIVATIONS))
@@ -162,6 +160,8 @@ class GATv2Network:
             residual=self.residual,
             attention_activation=attention_activation,
             root_weight=root_weight,
+            edge_dim=edge_dim,
+            fill_value=fill_value,
         )
         hidden_width = self.heads * self.hidden_features
         self.layers = []
@@ -182,6 +182,8 @@ class GATv2Network:
         if self.readout is not None:
             self.head = Linear(hidden_width, self.out_features, dtype=self.dtype, seed=streams[-2])
         self._rng = streams[-1]
+        self.edge_dim = self.layers[0].edge_dim
+        self.fill_value = self.layers[0].get_config()["fill_value"]
 
     # ------------------------------------------------------------------ parameters
     def _modules(self):
@@ -190,7 +192,7 @@ class GATv2Network:
             mods.append(("head", self.head))
         return mods
 
-    def _has_activation(self, l):
+    def has_activation(self, l):
         """Whether layer ``l`` is followed by the activation (all but a node-level output layer)."""
         return self.readout is not None or l < self.num_layers - 1
 
@@ -231,7 +233,7 @@ class GATv2Network:
     def get_config(self):
         """Constructor arguments as a JSON-able dict: ``GATv2Network(**config)`` rebuilds the model."""
         return {
-            "in_features": self.in_features,
+            "in_features": list(self.in_features) if isinstance(self.in_features, tuple) else self.in_features,
             "hidden_features": self.hidden_features,
             "out_features": self.out_features,
             "num_layers": self.num_layers,
@@ -249,6 +251,8 @@ class GATv2Network:
             "readout": self.readout,
             "dtype": self.dtype.name,
             "seed": self.seed,
+            "edge_dim": self.edge_dim,
+            "fill_value": self.fill_value,
         }
 
     def __repr__(self):
@@ -257,14 +261,18 @@ class GATv2Network:
         return f"GATv2Network([{body}]{head})"
 
     # ------------------------------------------------------------------ forward / backward
-    def forward(self, graph, x, graph_ptr=None, training=False, rng=None):
+    def forward(self, graph, x, graph_ptr=None, training=False, rng=None, edge_attr=None):
         """Run the network.
 
         Parameters
         ----------
-        graph : CSRGraph or scipy.sparse matrix
-            CSR by target (a batch of graphs is one block-diagonal graph).
-        x : ndarray or scipy.sparse matrix, shape (num_nodes, in_features)
+        graph : CSRGraph, scipy.sparse matrix, or list of them
+            CSR by target (a batch of graphs is one block-diagonal graph); or
+            one block per layer (sampled mini-batches: block ``l + 1``'s
+            sources are block ``l``'s targets, targets first among sources).
+        x : ndarray or scipy.sparse matrix, or a pair of them
+            Features of the (first block's) sources; a pair ``(x_src,
+            x_dst)`` when ``in_features`` is a pair.
         graph_ptr : ndarray of int, shape (num_graphs + 1,)
             Required iff ``readout`` is set (see :func:`gatfast.batch_graphs`).
         training : bool, default False
@@ -274,57 +282,35 @@ class GATv2Network:
             layer: features, then attention; then the head's input). Defaults
             to the model's own generator. A fresh generator with a fixed seed
             reproduces all masks.
+        edge_attr : ndarray or list of ndarray, optional
+            Edge features in CSR order (required iff ``edge_dim`` is set):
+            one array for one graph, one per block for a list of blocks.
 
         Returns
         -------
         out : ndarray
-            (num_nodes, out_features), or (num_graphs, out_features) with readout.
+            (num_dst, out_features), or (num_graphs, out_features) with readout.
         cache : NetworkCache
         """
-        g = V.as_graph(graph)
-        x = V.check_features(x, "x", g.num_nodes, self.in_features, self.dtype)
-        if self.readout is not None:
-            if graph_ptr is None:
-                raise ValueError(f"graph_ptr is required with readout={self.readout!r}")
-            ptr = V.check_graph_ptr(graph_ptr, g.num_nodes)
-        elif graph_ptr is not None:
-            raise ValueError("graph_ptr must be None for a node-level model (readout=None)")
-        if rng is None:
-            rng = self._rng
-        elif not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        training = bool(training)
-        drop = training and self.dropout > 0.0
-
-        cache = NetworkCache(dense_input=not sp.issparse(x))
-        h = x
-        for l, layer in enumerate(self.layers):
-            mask = None
-            if drop:
-                h, mask = apply_dropout(h, self.dropout, rng)
-            out, lc = layer.forward(g, h, training=training, rng=rng)
-            cache.layer_caches.append(lc)
-            cache.masks.append(mask)
-            if self._has_activation(l):
-                post = activation_forward(self.activation, out)
-                cache.pre.append(out)
-                cache.post.append(post)
-                h = post
-            else:
-                h = out
-        if self.head is not None:
-            h, cache.pool_cache = global_pool(h, ptr, self.readout)
-            if drop:
-                h, cache.head_mask = apply_dropout(h, self.dropout, rng)
-            h, cache.head_cache = self.head.forward(h)
-        cache.out_shape = h.shape
-        return h, cache
+        return stack_forward(self, graph, x, graph_ptr, bool(training), self._rng if rng is None else rng, edge_attr)
 
     __call__ = forward
 
-    def predict(self, graph, x, graph_ptr=None):
-        """Evaluation-mode output (no dropout), without the cache."""
-        return self.forward(graph, x, graph_ptr=graph_ptr, training=False)[0]
+    def output(self, graph, x, graph_ptr=None, edge_attr=None):
+        """The evaluation-mode output (logits for classification, values for regression), no cache."""
+        return self.forward(graph, x, graph_ptr=graph_ptr, training=False, edge_attr=edge_attr)[0]
+
+    def predict(self, graph, x, graph_ptr=None, edge_attr=None):
+        """Deprecated: the raw outputs (logits); use :meth:`output` (``predict`` will mean labels).
+
+        Returns
+        -------
+        ndarray
+        """
+        warnings.warn("GATv2Network.predict returns raw outputs (logits) and is deprecated: use "
+                      "network.output(...) (predict will return labels in gatfast 0.3)", FutureWarning,
+                      stacklevel=2)
+        return self.output(graph, x, graph_ptr, edge_attr)
 
     def backward(self, cache, grad_out, theta_r="linear"):
         """Gradients of a scalar loss given ``grad_out = dL/d out``.
@@ -340,34 +326,11 @@ class GATv2Network:
         Returns
         -------
         grads : dict
-            The keys of :meth:`parameters`, plus ``"x"`` (the input gradient)
-            when the input was dense.
+            The keys of :meth:`parameters`; ``"x"`` (the input gradient, or a
+            pair) when the input was dense; ``"edge_attr"`` with edge features.
         """
         if not isinstance(cache, NetworkCache):
             raise TypeError(f"cache must be the NetworkCache returned by forward, got {type(cache).__name__}")
         V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
         grad = V.check_dense(grad_out, "grad_out", cache.out_shape, self.dtype)
-        grads = {}
-        if self.head is not None:
-            hg = self.head.backward(cache.head_cache, grad)
-            for k in self.head.params:
-                grads[f"head.{k}"] = hg[k]
-            grad = hg["x"]
-            if cache.head_mask is not None:
-                grad = grad * cache.head_mask
-            grad = global_pool_backward(grad, cache.pool_cache)
-        act_index = len(cache.pre)
-        for l in range(self.num_layers - 1, -1, -1):
-            if self._has_activation(l):
-                act_index -= 1
-                grad = activation_backward(self.activation, cache.pre[act_index], cache.post[act_index], grad)
-            lg = self.layers[l].backward(cache.layer_caches[l], grad, theta_r=theta_r)
-            for k in self.layers[l].params:
-                grads[f"layers.{l}.{k}"] = lg[k]
-            grad = lg["x"]
-            if grad is not None and cache.masks[l] is not None:
-                grad = grad * cache.masks[l]
-        ordered = {k: grads[k] for k in self.parameters()}
-        if cache.dense_input:
-            ordered["x"] = grad
-        return ordered
+        return stack_backward(self, cache, grad, theta_r)

@@ -35,7 +35,7 @@ def node_targets(y):
 
 
 def eval_nodes(model, ds):
-    logits = finite_output(model.predict(ds.graph, ds.x), f"on dataset {ds.name!r}")
+    logits = finite_output(model.output(ds.graph, ds.x), f"on dataset {ds.name!r}")
     metrics = {}
     for split in ("train", "val", "test"):
         mask = getattr(ds, f"{split}_mask")
@@ -58,7 +58,7 @@ def eval_graphs(model, ds, indices, batch_size):
     for start in range(0, len(indices), batch_size):
         idx = indices[start : start + batch_size]
         graph, x, graph_ptr, y = ds.batch(idx)
-        out = model.predict(graph, x, graph_ptr if model.readout else None)
+        out = model.output(graph, x, graph_ptr if model.readout else None)
         finite_output(out, f"on dataset {ds.name!r}")
         if ds.task == "graph_classification":
             loss, _ = softmax_cross_entropy(out, y)

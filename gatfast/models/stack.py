@@ -1,0 +1,180 @@
+"""Forward and backward through a network's stack of layers.
+
+The layers run over one graph (every layer on the same graph) or over a
+list of blocks, one per layer (sampled mini-batches: block ``l``'s targets
+are block ``l + 1``'s sources, and each block lists its targets first among
+its sources, so a layer reads its targets as the first rows of its input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import _validate as V
+from .activations import activation_backward, activation_forward
+from .dropout import apply_dropout
+from .pooling import global_pool, global_pool_backward
+
+__all__ = ["NetworkCache", "resolve_graphs", "stack_backward", "stack_forward"]
+
+
+@dataclass
+class NetworkCache:
+    """What :meth:`GATv2Network.forward` keeps for the backward pass.
+
+    ``layer_caches[l]`` is the :class:`~gatfast.layers.LayerCache` of layer
+    ``l`` (its ``alpha`` holds that layer's attention); ``masks[l]`` the
+    feature-dropout multipliers applied to that layer's input (None when no
+    dropout was drawn; a pair for bipartite input); ``pre``/``post`` the
+    values around each activation.
+    """
+
+    layer_caches: list = field(default_factory=list)
+    masks: list = field(default_factory=list)
+    pre: list = field(default_factory=list)
+    post: list = field(default_factory=list)
+    pool_cache: object = None
+    head_mask: np.ndarray = None
+    head_cache: object = None
+    out_shape: tuple = ()
+    dense_input: bool = True
+    edge_attr_shared: bool = True
+
+
+def resolve_graphs(net, graph, x, edge_attr):
+    """``(graphs, edge_attrs)``: one graph and one attribute array (or None) per layer."""
+    L = net.num_layers
+    if isinstance(graph, (list, tuple)):
+        if len(graph) != L:
+            raise ValueError(f"graph as a list of blocks must have one block per layer ({L}), got {len(graph)}")
+        graphs = [V.as_graph(g, f"graph[{k}]") for k, g in enumerate(graph)]
+        for k in range(L - 1):
+            if graphs[k].num_dst != graphs[k + 1].num_src:
+                raise ValueError(f"graph[{k + 1}] must have as many sources as graph[{k}] has targets "
+                                 f"({graphs[k].num_dst}), got {graphs[k + 1].num_src}")
+        if edge_attr is None:
+            attrs = [None] * L
+        elif isinstance(edge_attr, (list, tuple)) and len(edge_attr) == L:
+            attrs = list(edge_attr)
+        else:
+            raise ValueError(f"edge_attr for a list of blocks must be a list of one array per block ({L})")
+        return graphs, attrs, False
+    g = V.as_graph(graph)
+    if L > 1 and (isinstance(x, (tuple, list)) or g.is_bipartite()):
+        raise ValueError(f"a {L}-layer network needs a square graph, or a list of {L} blocks (one per layer); "
+                         "a single bipartite graph fits a one-layer network only")
+    return [g] * L, [edge_attr] * L, True
+
+
+def _checked_input(net, graph, x):
+    """``x`` validated and in the network's dtype (dropout masks and gradients then stay in it)."""
+    if isinstance(net.in_features, tuple):
+        if not isinstance(x, tuple) or len(x) != 2:
+            raise TypeError(f"x must be a pair (x_src, x_dst): the network was built with in_features="
+                            f"{net.in_features!r}")
+        return (V.check_features(x[0], "x[0] (x_src)", graph.num_src, net.in_features[0], net.dtype),
+                V.check_features(x[1], "x[1] (x_dst)", graph.num_dst, net.in_features[1], net.dtype))
+    if isinstance(x, tuple):
+        raise TypeError("x is a pair (x_src, x_dst) but the network takes one feature matrix: build it with "
+                        "in_features=(F_src, F_dst) for bipartite input")
+    return V.check_features(x, "x", graph.num_src, net.in_features, net.dtype)
+
+
+def _dropout(h, p, rng):
+    if isinstance(h, tuple):
+        (a, ma), (b, mb) = apply_dropout(h[0], p, rng), apply_dropout(h[1], p, rng)
+        return (a, b), (ma, mb)
+    return apply_dropout(h, p, rng)
+
+
+def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr):
+    """The output and :class:`NetworkCache` of ``net`` (see ``GATv2Network.forward``)."""
+    if isinstance(x, list):
+        x = tuple(x)
+    graphs, attrs, shared = resolve_graphs(net, graph, x, edge_attr)
+    x = _checked_input(net, graphs[0], x)
+    out_rows = graphs[-1].num_dst
+    if net.readout is not None:
+        if graph_ptr is None:
+            raise ValueError(f"graph_ptr is required with readout={net.readout!r}")
+        ptr = V.check_graph_ptr(graph_ptr, out_rows)
+    elif graph_ptr is not None:
+        raise ValueError("graph_ptr must be None for a node-level model (readout=None)")
+    V.check_rng(rng)
+    drop = training and net.dropout > 0.0
+    dense = tuple(not sp.issparse(a) for a in x) if isinstance(x, tuple) else not sp.issparse(x)
+    cache = NetworkCache(dense_input=dense, edge_attr_shared=shared)
+    h = x
+    for l, layer in enumerate(net.layers):
+        mask = None
+        if drop:
+            h, mask = _dropout(h, net.dropout, rng)
+        out, lc = layer.forward(graphs[l], h, attrs[l], training=training, rng=rng)
+        cache.layer_caches.append(lc)
+        cache.masks.append(mask)
+        if net.has_activation(l):
+            post = activation_forward(net.activation, out)
+            cache.pre.append(out)
+            cache.post.append(post)
+            h = post
+        else:
+            h = out
+    if net.head is not None:
+        h, cache.pool_cache = global_pool(h, ptr, net.readout)
+        if drop:
+            h, cache.head_mask = apply_dropout(h, net.dropout, rng)
+        h, cache.head_cache = net.head.forward(h)
+    cache.out_shape = h.shape
+    return h, cache
+
+
+def _masked(grad, mask):
+    if grad is None or mask is None:
+        return grad
+    if isinstance(grad, tuple):
+        return tuple(None if g is None else g * m for g, m in zip(grad, mask))
+    return grad * mask
+
+
+def stack_backward(net, cache, grad, theta_r):
+    """Every parameter's gradient, ``"x"`` and (with edge features) ``"edge_attr"``."""
+    grads = {}
+    if net.head is not None:
+        hg = net.head.backward(cache.head_cache, grad)
+        for k in net.head.params:
+            grads[f"head.{k}"] = hg[k]
+        grad = hg["x"]
+        if cache.head_mask is not None:
+            grad = grad * cache.head_mask
+        grad = global_pool_backward(grad, cache.pool_cache)
+    act_index = len(cache.pre)
+    edge_grads = []
+    for l in range(net.num_layers - 1, -1, -1):
+        if net.has_activation(l):
+            act_index -= 1
+            grad = activation_backward(net.activation, cache.pre[act_index], cache.post[act_index], grad)
+        lg = net.layers[l].backward(cache.layer_caches[l], grad, theta_r=theta_r)
+        for k in net.layers[l].params:
+            grads[f"layers.{l}.{k}"] = lg[k]
+        if "edge_attr" in lg:
+            edge_grads.append(lg["edge_attr"])
+        grad = _masked(lg["x"], cache.masks[l])
+    ordered = {k: grads[k] for k in net.parameters()}
+    dense = cache.dense_input
+    if isinstance(dense, tuple):
+        ordered["x"] = tuple(g if d else None for g, d in zip(grad, dense))
+    elif dense:
+        ordered["x"] = grad
+    if edge_grads:
+        edge_grads.reverse()  # layer order
+        if cache.edge_attr_shared:  # one attribute array feeds every layer: add in layer order
+            total = edge_grads[0].copy()
+            for g in edge_grads[1:]:
+                total += g
+            ordered["edge_attr"] = total
+        else:
+            ordered["edge_attr"] = edge_grads
+    return ordered
