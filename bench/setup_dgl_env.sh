@@ -30,10 +30,10 @@ else
 fi
 
 # The DGL 2.1 pins, plus numba for gatfast's kernels (0.59/0.60 support numpy 1.26) and pytest
-# for tests/test_dgl_reference.py.
+# and pytest-benchmark for tests/test_dgl_reference.py and the DGL cases of the bench/ suites.
 "$TARGET/bin/python" -m pip install --quiet \
     dgl==2.1.0 torch==2.2.1 torchdata==0.7.1 "numpy<2" "pandas<2.3" scipy pydantic pyyaml \
-    requests psutil tqdm "numba>=0.59,<0.61" pytest
+    requests psutil tqdm "numba>=0.59,<0.61" pytest pytest-benchmark
 
 # A numba of another version than gatfast's own environment must not share its kernel cache
 # (gatfast compiles with cache=True into gatfast/**/__pycache__): numba throws away an index
