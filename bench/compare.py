@@ -175,6 +175,8 @@ def run_worker(lib, name, size, reps, threads):
         "baseline_rss_mb": baseline,
         "peak_mb": peak,
         "allocator": "jemalloc" if "jemalloc" in os.environ.get("LD_PRELOAD", "") else "system",
+        # gatfast's import sets PASSIVE unless the caller chose otherwise (every worker imports it)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         # 1-minute load average before and after (other processes compete for the 2 cores)
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),

@@ -8,6 +8,8 @@ end-to-end checks run only where ``compare.py`` finds it.
 """
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -229,3 +231,47 @@ def test_reused_buffers_never_overwrite_held_results():
     del held, out, cache, grads
     a = layer.forward(graph, x)[0]
     np.testing.assert_array_equal(a, fresh.forward(graph, x)[0])
+
+
+def test_dgl_sampling_report_and_options():
+    import dgl_sampling
+
+    args = dgl_sampling.parse_args(["--nodes", "1000", "--fanouts", "5,3"])
+    assert args.fanouts == [5, 3] and args.batch_size == 256 and args.out.startswith("/tmp/")
+    assert dgl_sampling.parse_args([]).nodes == 2_000_000  # the issue's size by default
+    with pytest.raises(SystemExit):
+        dgl_sampling.parse_args(["--nodes", "2"])
+    res = {
+        "meta": {"date": "d", "cpu": "c", "threads": 2, "omp_wait_policy": "PASSIVE", "dgl": "2.1.0",
+                 "torch": "2.2.1", "load": "0.1", "csbm": "num_nodes=1000"},
+        "graph": {"nodes": 1000, "edges": 11000, "self_loops": True, "train_nodes": 600,
+                  "generate_s": 0.1, "to_dgl_s": 0.01},
+        "sampling": {"batches": 3, "batch_size": 256, "fanouts": [10, 10], "sampled_edges": 60000,
+                     "sample_neighbors_s": 0.01, "sample_neighbors_edges_per_s": 6e6,
+                     "sample_neighbors_to_block_s": 0.02, "sample_neighbors_to_block_edges_per_s": 3e6,
+                     "neighbor_sampler_s": 0.015, "neighbor_sampler_edges": 60000,
+                     "neighbor_sampler_edges_per_s": 4e6, "neighbor_sampler_fused": True},
+        "training": None,
+    }
+    text = dgl_sampling.markdown(res)
+    assert "| `dgl.sampling.sample_neighbors` alone | 0.010 | 60,000 | 6.00 |" in text
+    assert "(fused)" in text and "training epoch" not in text
+
+
+def test_dgl_sampling_runs_small(tmp_path):
+    python = compare.default_dgl_python()
+    if python is None:
+        pytest.skip("no DGL environment (bash bench/setup_dgl_env.sh)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the script finds gatfast itself
+    subprocess.run([python, str(BENCH / "dgl_sampling.py"), "--nodes", "3000", "--out", str(tmp_path)],
+                   check=True, env=env, capture_output=True, text=True)
+    res = json.loads((tmp_path / "dgl_sampling.json").read_text())
+    assert res["graph"]["nodes"] == 3000 and res["graph"]["train_nodes"] == 1800
+    assert res["graph"]["edges"] > 3000 * 10  # about 10 in-edges per node, plus its loop
+    s = res["sampling"]
+    assert s["batches"] == 8 and s["sampled_edges"] > 0 and s["sample_neighbors_edges_per_s"] > 0
+    # at most fanout in-edges per seed and hop: 256 seeds, then at most 256 * 11 of them
+    assert s["sampled_edges_per_batch"] <= 256 * 10 + 256 * 11 * 10
+    t = res["training"]
+    assert t["batches"] == 8 and t["epoch_s"] > 0 and t["peak_rss_mb"] >= t["rss_before_mb"]
+    assert (tmp_path / "dgl_sampling.md").read_text().startswith("# DGL 2.1 neighbour-sampling anchor")
