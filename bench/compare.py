@@ -4,8 +4,9 @@ Every (workload, library) pair runs in its own fresh subprocess, one after
 the other (never in parallel), with Numba, BLAS, OpenMP and torch limited to
 the same number of threads. DGL 2.1 runs under the python of its own
 environment (``bench/setup_dgl_env.sh``, ``--dgl-python``); it is left out,
-with one line on stderr, when that environment is not found. The subprocess builds the workload, warms up (which
-also compiles or loads the Numba kernels), then times the forward pass and
+with one line on stderr, when that environment is not found. The
+subprocess builds the workload, warms up (which also compiles or loads the
+Numba kernels), then times the forward pass and
 the forward + backward pass (the full step for the training workload):
 median of ``--reps`` repetitions. Peak memory is the highest resident set
 size during the timed calls minus the resident set size just before them
