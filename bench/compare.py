@@ -1,9 +1,12 @@
-"""gatfast against PyTorch Geometric's GATv2Conv, side by side, in one run.
+"""gatfast against PyTorch Geometric's and DGL's GATv2Conv, side by side, in one run.
 
 Every (workload, library) pair runs in its own fresh subprocess, one after
-the other (never in parallel), with Numba, BLAS and torch limited to the
-same number of threads. The subprocess builds the workload, warms up (which
-also compiles or loads the Numba kernels), then times the forward pass and
+the other (never in parallel), with Numba, BLAS, OpenMP and torch limited to
+the same number of threads. DGL 2.1 runs under the python of its own
+environment (``bench/setup_dgl_env.sh``, ``--dgl-python``); it is left out,
+with one line on stderr, when that environment is not found. The
+subprocess builds the workload, warms up (which also compiles or loads the
+Numba kernels), then times the forward pass and
 the forward + backward pass (the full step for the training workload):
 median of ``--reps`` repetitions. Peak memory is the highest resident set
 size during the timed calls minus the resident set size just before them
@@ -21,7 +24,8 @@ Usage::
 
     python bench/compare.py                      # all workloads, full size
     python bench/compare.py --size tiny --reps 3 # seconds, e.g. for CI
-    python bench/compare.py --jemalloc           # LD_PRELOAD Debian's libjemalloc2 (both sides)
+    python bench/compare.py --jemalloc           # LD_PRELOAD Debian's libjemalloc2 (every side)
+    python bench/compare.py --libs gatfast,dgl --dgl-python /path/to/dgl-venv/bin/python
 """
 
 from __future__ import annotations
@@ -38,7 +42,10 @@ from pathlib import Path
 from gatfast._io import atomic_save_figure, atomic_write_text
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 sys.path.insert(0, str(HERE))
+LIBS = ("gatfast", "pyg", "dgl")
+LIB_NAMES = {"gatfast": "gatfast", "pyg": "PyG", "dgl": "DGL"}
 
 JEMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2")
 
@@ -110,11 +117,25 @@ def run_worker(lib, name, size, reps, threads):
     import workloads
 
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    extra = {}
     if lib == "pyg":
         import torch
         from reference import PygRunner as Runner
 
         torch.set_num_threads(threads)
+    elif lib == "dgl":
+        import dgl
+        import reference_dgl
+        import torch
+        from reference_dgl import DglRunner as Runner
+
+        torch.set_num_threads(threads)
+        dgl.utils.set_num_threads(threads)  # DGL's own OpenMP kernels (message passing, edge softmax)
+        extra = {"versions": {"dgl": dgl.__version__, "torch": torch.__version__, "numpy": np.__version__,
+                              "numba": numba.__version__, "python": platform.python_version()},
+                 "dgl_omp_threads": int(dgl.utils.get_num_threads())}
+        # fail fast, before minutes of timing, if DGL does not compute gatfast's function
+        reference_dgl.check_agreement(workloads.make_workload(name, "tiny"))
     else:
         Runner = workloads.GatfastRunner
 
@@ -133,6 +154,12 @@ def run_worker(lib, name, size, reps, threads):
     fwd = _time_calls(runner.forward, reps) if w.kind == "layer" else []
     both = _time_calls(runner.forward_backward, reps)
     peak = peak_now() - baseline
+    if lib == "dgl":
+        # Full-size check that DGL computed gatfast's function (same weights: outputs and gradients).
+        # After the timed calls, so that the gatfast buffers it allocates and frees cannot be reused
+        # by DGL's allocations inside the measured peak. A failure fails the run: no timing is kept.
+        del runner
+        extra["max_rel_err_vs_gatfast"] = reference_dgl.check_agreement(w)
     return {
         "lib": lib,
         "workload": name,
@@ -149,13 +176,23 @@ def run_worker(lib, name, size, reps, threads):
         "baseline_rss_mb": baseline,
         "peak_mb": peak,
         "allocator": "jemalloc" if "jemalloc" in os.environ.get("LD_PRELOAD", "") else "system",
+        # gatfast's import sets PASSIVE unless the caller chose otherwise (every worker imports it)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         # 1-minute load average before and after (other processes compete for the 2 cores)
         "loadavg_before": load_before,
         "loadavg_after": _loadavg(),
+        **extra,
     }
 
 
 # ---------------------------------------------------------------------- parent
+def default_dgl_python():
+    """The python of the environment ``bench/setup_dgl_env.sh`` makes by default, if it exists."""
+    env_dir = os.environ.get("GATFAST_DGL_ENV") or str(Path.home() / ".cache" / "gatfast" / "dgl-venv")
+    python = Path(env_dir) / "bin" / "python"
+    return str(python) if python.exists() else None
+
+
 def _spawn(lib, name, args, jemalloc):
     env = dict(os.environ)
     for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -164,7 +201,13 @@ def _spawn(lib, name, args, jemalloc):
         env["LD_PRELOAD"] = jemalloc
         if args.malloc_conf:
             env["MALLOC_CONF"] = args.malloc_conf
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", lib, name,
+    python = sys.executable
+    if lib == "dgl":
+        # gatfast is not installed in the DGL environment: import it from this checkout
+        python = args.dgl_python
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+        env["DGLBACKEND"] = "pytorch"
+    cmd = [python, str(Path(__file__).resolve()), "--worker", lib, name,
            "--size", args.size, "--reps", str(args.reps), "--threads", str(args.threads)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -180,22 +223,33 @@ def fit_slope(degrees, times):
     return float(np.polyfit(np.log(degrees), np.log(times), 1)[0])
 
 
+def _ratios(g, ref):
+    """gatfast's speed-ups and memory ratio against one reference library's result."""
+    out = {"speedup": ref["forward_backward_median_ms"] / g["forward_backward_median_ms"]}
+    if g["forward_median_ms"] and ref["forward_median_ms"]:
+        out["forward_speedup"] = ref["forward_median_ms"] / g["forward_median_ms"]
+    out["memory_ratio"] = g["peak_mb"] / ref["peak_mb"] if ref["peak_mb"] > 0 else None
+    return out
+
+
 def summarize(results, workload_names):
-    """Rows of the table: one per workload, with ratios and target checks."""
+    """Rows of the table: one per workload, with ratios and target checks.
+
+    ``speedup``, ``forward_speedup`` and ``memory_ratio`` are against PyG (the
+    issue's targets are); the same against DGL carry a ``_dgl`` suffix.
+    """
     by = {(r["workload"], r["lib"]): r for r in results}
     rows = []
     for name in workload_names:
         g = by.get((name, "gatfast"))
-        ref_name = name.replace("-pairwise", "-linear")  # PyG has one backward
+        ref_name = name.replace("-pairwise", "-linear")  # PyG and DGL have one backward
         p = by.get((ref_name, "pyg"))
+        d = by.get((ref_name, "dgl"))
         if g is None:
             continue
-        row = {"workload": name, "gatfast": g, "pyg": p}
+        row = {"workload": name, "gatfast": g, "pyg": p, "dgl": d}
         if p is not None:
-            row["speedup"] = p["forward_backward_median_ms"] / g["forward_backward_median_ms"]
-            if g["forward_median_ms"] and p["forward_median_ms"]:
-                row["forward_speedup"] = p["forward_median_ms"] / g["forward_median_ms"]
-            row["memory_ratio"] = g["peak_mb"] / p["peak_mb"] if p["peak_mb"] > 0 else None
+            row.update(_ratios(g, p))
             target = TARGETS.get(name)
             if target:
                 met = row["speedup"] >= target["speedup"]
@@ -203,15 +257,20 @@ def summarize(results, workload_names):
                     met = met and row["memory_ratio"] is not None and row["memory_ratio"] <= target["memory_ratio"]
                 row["target"] = target
                 row["target_met"] = met
+        if d is not None:
+            row.update({f"{k}_dgl": v for k, v in _ratios(g, d).items()})
         rows.append(row)
     return rows
 
 
+CURVES = (("gatfast linear", "gatfast", "linear"), ("gatfast pairwise", "gatfast", "pairwise"),
+          ("PyG GATv2Conv", "pyg", "linear"), ("DGL GATv2Conv", "dgl", "linear"))
+
+
 def degree_curves(results):
-    """(degrees, times in ms) of fwd+bwd for gatfast linear, gatfast pairwise and PyG."""
+    """(degrees, times in ms) of fwd+bwd for gatfast linear, gatfast pairwise, PyG and DGL."""
     curves = {}
-    for label, lib, form in (("gatfast linear", "gatfast", "linear"), ("gatfast pairwise", "gatfast", "pairwise"),
-                             ("PyG GATv2Conv", "pyg", "linear")):
+    for label, lib, form in CURVES:
         pts = sorted(
             (r["workload"], r) for r in results
             if r["lib"] == lib and r["workload"].startswith("degree-") and r["workload"].endswith(form)
@@ -238,10 +297,14 @@ def _fmt(v, spec=".1f"):
 
 
 def markdown(rows, curves, meta):
+    # DGL's columns only when the run has DGL results (older runs render as they did)
+    refs = ["pyg"] + (["dgl"] if any(row.get("dgl") for row in rows) else [])
+    names = " and ".join(LIB_NAMES[r] for r in refs)
     lines = [
-        "# gatfast vs PyG GATv2Conv",
+        f"# gatfast vs {names} GATv2Conv",
         "",
-        f"{meta['date']}, {meta['cpu']}, {meta['threads']} threads (Numba = BLAS = torch), "
+        f"{meta['date']}, {meta['cpu']}, {meta['threads']} threads (Numba = BLAS = torch"
+        f"{' = DGL OpenMP' if 'dgl' in refs else ''}), "
         f"float32, median of {meta['reps']} repetitions after warm-up, allocator: {meta['allocator']}, "
         f"size: {meta['size']}. Each (workload, library) ran in its own fresh process. "
         f"1-minute load average during the run: {meta['load']}.",
@@ -249,13 +312,30 @@ def markdown(rows, curves, meta):
         "Forward + backward for the single-layer workloads; the full training step "
         "(forward, loss, backward, Adam) for `cora-train`. Peak = highest RSS during the timed calls minus "
         "the RSS just before them.",
-        "",
-        "| workload | nodes | edges | gatfast fwd ms | PyG fwd ms | gatfast fwd+bwd ms | PyG fwd+bwd ms "
-        "| speed-up | gatfast peak MB | PyG peak MB | memory ratio | target | met |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
+    if "dgl" in refs:
+        errs = [row["dgl"].get("max_rel_err_vs_gatfast") for row in rows if row.get("dgl")]
+        errs = [e for e in errs if e is not None]
+        lines += [
+            "",
+            f"DGL {meta.get('dgl', '')} runs in its own environment with gatfast's weights loaded into "
+            "`dgl.nn.GATv2Conv` (plus gatfast's output bias, which DGL's layer lacks), on the same edges; "
+            "after timing, its output and gradients were checked against gatfast's"
+            + (f" (largest norm-wise relative difference {max(errs):.1e})" if errs else "")
+            + ". Speed-up, memory ratio and targets without a suffix are against PyG (the issue's targets).",
+        ]
+    cols = ["workload", "nodes", "edges"]
+    cols += ["gatfast fwd ms"] + [f"{LIB_NAMES[r]} fwd ms" for r in refs]
+    cols += ["gatfast fwd+bwd ms"] + [f"{LIB_NAMES[r]} fwd+bwd ms" for r in refs]
+    cols += ["speed-up"] + (["speed-up vs DGL"] if "dgl" in refs else [])
+    cols += ["gatfast peak MB"] + [f"{LIB_NAMES[r]} peak MB" for r in refs]
+    cols += ["memory ratio"] + (["memory ratio vs DGL"] if "dgl" in refs else [])
+    cols += ["target", "met"]
+    lines += ["", "| " + " | ".join(cols) + " |",
+              "|---|" + "---:|" * (len(cols) - 3) + "---|---|"]
     for row in rows:
-        g, p = row["gatfast"], row["pyg"]
+        g = row["gatfast"]
+        ref = [row.get(r) for r in refs]
         target = row.get("target")
         target_s = ""
         if target:
@@ -263,13 +343,16 @@ def markdown(rows, curves, meta):
                 f", mem <= {target['memory_ratio']:g}" if "memory_ratio" in target else ""
             )
         met = {True: "yes", False: "**no**"}.get(row.get("target_met"), "")
-        lines.append(
-            f"| {row['workload']} | {g['nodes']:,} | {g['edges']:,} | {_fmt(g['forward_median_ms'], '.2f')} "
-            f"| {_fmt(p and p['forward_median_ms'], '.2f')} | {g['forward_backward_median_ms']:.2f} "
-            f"| {_fmt(p and p['forward_backward_median_ms'], '.2f')} | {_fmt(row.get('speedup'), '.2f')} "
-            f"| {g['peak_mb']:.0f} | {_fmt(p and p['peak_mb'], '.0f')} | {_fmt(row.get('memory_ratio'), '.3f')} "
-            f"| {target_s} | {met} |"
-        )
+        cells = [row["workload"], f"{g['nodes']:,}", f"{g['edges']:,}"]
+        cells += [_fmt(g["forward_median_ms"], ".2f")] + [_fmt(r and r["forward_median_ms"], ".2f") for r in ref]
+        cells += [f"{g['forward_backward_median_ms']:.2f}"]
+        cells += [_fmt(r and r["forward_backward_median_ms"], ".2f") for r in ref]
+        cells += [_fmt(row.get("speedup"), ".2f")] + ([_fmt(row.get("speedup_dgl"), ".2f")] if "dgl" in refs else [])
+        cells += [f"{g['peak_mb']:.0f}"] + [_fmt(r and r["peak_mb"], ".0f") for r in ref]
+        cells += [_fmt(row.get("memory_ratio"), ".3f")]
+        cells += [_fmt(row.get("memory_ratio_dgl"), ".3f")] if "dgl" in refs else []
+        cells += [target_s, met]
+        lines.append("| " + " | ".join(cells) + " |")
     if curves:
         lines += ["", "Degree sweep (2000 nodes, every in-degree N, 32 -> 32), fitted log-log slope of "
                   "fwd+bwd time against N:", "", "| curve | slope (all N) | slope (last two N) |",
@@ -328,7 +411,12 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workloads", default=",".join(workloads.WORKLOADS),
                         help="comma-separated names (default: all)")
-    parser.add_argument("--libs", default="gatfast,pyg")
+    parser.add_argument("--libs", default="gatfast,pyg,dgl",
+                        help="comma-separated, from gatfast, pyg, dgl (default: all three; pyg and dgl are "
+                             "left out, with a line on stderr, when not installed)")
+    parser.add_argument("--dgl-python", default=None, metavar="PATH",
+                        help="python of the DGL 2.1 environment (bench/setup_dgl_env.sh); default: "
+                             "$GATFAST_DGL_ENV/bin/python, else ~/.cache/gatfast/dgl-venv/bin/python, if it exists")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--jemalloc", action="store_true",
                         help="LD_PRELOAD libjemalloc.so.2 (Debian package libjemalloc2) in every worker")
@@ -358,9 +446,21 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown workloads {unknown}; choose from {list(workloads.WORKLOADS)}")
     libs = [lib for lib in args.libs.split(",") if lib]
+    bad = [lib for lib in libs if lib not in LIBS]
+    if bad:
+        parser.error(f"unknown libraries {bad}; choose from {list(LIBS)}")
     if "pyg" in libs and not pyg_available():
-        print("torch_geometric is not installed: timing gatfast only", file=sys.stderr)
+        print("torch_geometric is not installed: no PyG columns", file=sys.stderr)
         libs = [lib for lib in libs if lib != "pyg"]
+    if args.dgl_python is not None:
+        if not os.access(args.dgl_python, os.X_OK):
+            parser.error(f"--dgl-python: {args.dgl_python} is not an executable")
+    elif "dgl" in libs:
+        args.dgl_python = default_dgl_python()
+        if args.dgl_python is None:
+            print("no DGL environment found (bash bench/setup_dgl_env.sh, or --dgl-python): no DGL columns",
+                  file=sys.stderr)
+            libs = [lib for lib in libs if lib != "dgl"]
     jemalloc = None
     if args.jemalloc:
         jemalloc = next((p for p in JEMALLOC_PATHS if os.path.exists(p)), None)
@@ -372,8 +472,8 @@ def main(argv=None):
     results = []
     for name in names:
         for lib in libs:
-            if lib == "pyg" and name.endswith("-pairwise"):
-                continue  # identical to the linear run for PyG
+            if lib in ("pyg", "dgl") and name.endswith("-pairwise"):
+                continue  # identical to the linear run for PyG and DGL
             r = _spawn(lib, name, args, jemalloc)
             results.append(r)
             fwd = r["forward_median_ms"]
@@ -404,6 +504,12 @@ def main(argv=None):
         meta["torch_geometric"] = torch_geometric.__version__
     except ImportError:
         pass
+    dgl_runs = [r for r in results if r["lib"] == "dgl"]
+    if dgl_runs:
+        v = dgl_runs[0]["versions"]
+        meta["dgl"] = (f"{v['dgl']} (torch {v['torch']}, numpy {v['numpy']}, numba {v['numba']}, "
+                       f"python {v['python']})")
+        meta["dgl_python"] = args.dgl_python
     loads = [v for r in results for v in (r.get("loadavg_before"), r.get("loadavg_after")) if v is not None]
     meta["load"] = f"{min(loads):.2f}-{max(loads):.2f}" if loads else "unknown"
     write_outputs(results, names, meta, Path(args.out))
@@ -423,7 +529,7 @@ def write_outputs(results, names, meta, out):
     if extra:
         slopes["pairwise minus linear"] = {"all": fit_slope(*extra), "last_two": fit_slope(extra[0][-2:], extra[1][-2:])}
     raw = {"meta": meta, "results": results, "slopes": slopes,
-           "summary": [{k: v for k, v in row.items() if k not in ("gatfast", "pyg")} for row in rows]}
+           "summary": [{k: v for k, v in row.items() if k not in LIBS} for row in rows]}
     atomic_write_text(out / "compare.json", json.dumps(raw, indent=1))
     if curves and not plot(curves, out / "degree_sweep.png"):
         print("matplotlib is not installed: no degree_sweep.png", file=sys.stderr)

@@ -5,9 +5,11 @@ performance issue. A plain ``pytest`` run (as in CI) collects the same
 functions at a tiny size and runs each once with timing disabled, so CI
 checks that every benchmark runs without spending minutes on it. Set
 ``GATFAST_BENCH_SIZE=tiny`` or ``full`` to choose the size explicitly, and
-``GATFAST_BENCH_LIBS=gatfast`` to leave out the PyG reference.
+``GATFAST_BENCH_LIBS=gatfast`` to leave out the PyG and DGL references. DGL
+2.1 is only importable in its own environment (``bench/setup_dgl_env.sh``):
+elsewhere its cases are skipped.
 
-Numba, BLAS and torch all use 2 threads (``GATFAST_BENCH_THREADS``).
+Numba, BLAS, torch and DGL all use 2 threads (``GATFAST_BENCH_THREADS``).
 """
 
 import os
@@ -20,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import workloads  # noqa: E402
 from reference import pyg_available  # noqa: E402
+from reference_dgl import dgl_available  # noqa: E402
 
 THREADS = int(os.environ.get("GATFAST_BENCH_THREADS", "2"))
 
@@ -54,6 +57,10 @@ def _threads():
         torch.set_num_threads(THREADS)
     except ImportError:
         pass
+    if dgl_available():
+        import dgl
+
+        dgl.utils.set_num_threads(THREADS)
 
 
 @pytest.fixture(scope="session")
@@ -77,14 +84,13 @@ def get_workload(size):
 
 
 def libraries():
-    wanted = os.environ.get("GATFAST_BENCH_LIBS", "gatfast,pyg").split(",")
-    libs = [lib for lib in wanted if lib in ("gatfast", "pyg")]
-    return [
-        pytest.param(lib, marks=pytest.mark.skipif(not pyg_available(), reason="torch_geometric not installed"))
-        if lib == "pyg"
-        else lib
-        for lib in libs
-    ]
+    wanted = os.environ.get("GATFAST_BENCH_LIBS", "gatfast,pyg,dgl").split(",")
+    skip = {
+        "pyg": pytest.mark.skipif(not pyg_available(), reason="torch_geometric not installed"),
+        "dgl": pytest.mark.skipif(not dgl_available(), reason="dgl not importable (its own env: bench/setup_dgl_env.sh)"),
+    }
+    return [pytest.param(lib, marks=skip[lib]) if lib in skip else lib
+            for lib in wanted if lib in ("gatfast", "pyg", "dgl")]
 
 
 @pytest.fixture
@@ -92,6 +98,10 @@ def make_runner():
     def make(lib, workload):
         if lib == "gatfast":
             return workloads.GatfastRunner(workload)
+        if lib == "dgl":
+            from reference_dgl import DglRunner
+
+            return DglRunner(workload)
         from reference import PygRunner
 
         return PygRunner(workload)

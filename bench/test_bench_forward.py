@@ -1,4 +1,4 @@
-"""Forward pass of one GATv2 layer, gatfast and (when installed) PyG side by side.
+"""Forward pass of one GATv2 layer, gatfast and (when installed) PyG and DGL side by side.
 
 Run ``pytest bench/ --benchmark-only``; see ``bench/README.md``.
 """
