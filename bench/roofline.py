@@ -33,7 +33,7 @@ Three parts, all in one process:
 
 2. **A byte/flop model of each kernel** of one forward + backward of a
    workload (``bench/workloads.py``), one small function per kernel that
-   returns both the model and the call (see ``KERNELS``). Assumptions:
+   returns both the model and the call (``k_*``, listed by ``kernels_for``). Assumptions:
 
    * Streams: every array a kernel reads or writes in order is moved once
      from or to memory (its bytes at the measured read bandwidth; written
@@ -49,14 +49,23 @@ Three parts, all in one process:
      the measured 64-byte and 256-byte rates linearly in lines, best of
      with and without prefetch, at ``--threads`` threads, less the time of
      the probe's own 8-byte index stream (the kernel's index arrays are
-     counted as streams).
-   * Cache: ``--cache-mb`` (default: the L3 size from sysfs) is an ideal
-     cache. If everything the step touches (the union of all arrays of
-     all kernels) fits, the step runs in cache and only compute counts.
-     Otherwise the cache holds, during a pass, the same fraction
-     ``min(1, cache / tables)`` of every row of that pass's gathered tables
-     (uniform random rows): that fraction of the gathers is free after one
-     compulsory read (counted as a stream), the rest goes to memory.
+     counted as streams). The rate is the one measured for a table as
+     large as all the tables the pass gathers from together (they share
+     the cache): before timing a workload the gather probe runs again at
+     those sizes. So whatever the cache does for a 51 MB table on this
+     machine (on a shared virtual machine: hardly anything, measured) is
+     in the bound, and a loop that did nothing but the gathers would reach it.
+   * Cache: ``--cache-mb`` (default: the L3 size from sysfs). If
+     everything the step touches (the union of all arrays of all kernels)
+     fits, the step runs in cache and only compute counts
+     ("cache-resident data is free").
+   * Ideal-cache bound (a second, stricter column): the cache holds,
+     during a pass, the same fraction ``min(1, cache / tables)`` of every
+     row of that pass's gathered tables (uniform random rows); that
+     fraction of the gathers is free after one compulsory read (counted as
+     a stream), the rest costs the rate measured far beyond the cache.
+     A lower bound under any cache behaviour, but one a shared cache may
+     never let a kernel approach.
    * Memory time = stream time + gather time (both cross the same memory
      interface); bound = max(memory time, compute time). The step bound is
      the sum of the kernel bounds.
@@ -223,16 +232,51 @@ PROBE_CHAINS = 16 if PROBE_LANES == 16 else 12  # 12 + 2 operands fit the 16 ymm
 
 
 # ---------------------------------------------------------------------- probes (Numba)
+# Each parallel probe hands contiguous slices to a serial helper: LLVM vectorises the
+# helper's loop, while the same loop written inside the prange body stayed scalar
+# (vmulss instead of vmulps; about half the bandwidth on one thread).
+@njit(cache=True)
+def _sum_chunk(a):
+    s = np.uint64(0)
+    for k in range(a.size):
+        s += a[k]
+    return s
+
+
+@njit(cache=True)
+def _scale_chunk(a, b, s):
+    for k in range(a.size):
+        b[k] = s * a[k]
+
+
+@njit(cache=True)
+def _triad_chunk(a, b, c, s):
+    for k in range(a.size):
+        a[k] = b[k] + s * c[k]
+
+
+@njit(cache=True)
+def _gather_chunk(table, idx, prefetch, acc):
+    width = table.shape[1]
+    row_bytes = width * table.itemsize
+    rows = idx.size
+    for c in range(width):
+        acc[c] = 0
+    for p in range(rows):
+        if prefetch and p + PREFETCH_DISTANCE < rows:
+            prefetch_row(table, idx[p + PREFETCH_DISTANCE], row_bytes)
+        j = idx[p]
+        for c in range(width):
+            acc[c] += table[j, c]
+
+
 @njit(parallel=True, cache=True)
 def _read_sum(a, out):
     """Sum of ``a`` (uint64) in ``out.size`` fixed chunks: an integer sum LLVM vectorises freely."""
     n = a.size
     chunks = out.size
     for ch in prange(chunks):
-        s = np.uint64(0)
-        for k in range(ch * n // chunks, (ch + 1) * n // chunks):
-            s += a[k]
-        out[ch] = s
+        out[ch] = _sum_chunk(a[ch * n // chunks:(ch + 1) * n // chunks])
 
 
 @njit(parallel=True, cache=True)
@@ -240,8 +284,9 @@ def _scale(a, b, s, chunks):
     """STREAM scale ``b = s * a``."""
     n = a.size
     for ch in prange(chunks):
-        for k in range(ch * n // chunks, (ch + 1) * n // chunks):
-            b[k] = s * a[k]
+        lo = ch * n // chunks
+        hi = (ch + 1) * n // chunks
+        _scale_chunk(a[lo:hi], b[lo:hi], s)
 
 
 @njit(parallel=True, cache=True)
@@ -249,28 +294,21 @@ def _triad(a, b, c, s, chunks):
     """STREAM triad ``a = b + s * c`` (no contraction into FMA without fast-math)."""
     n = a.size
     for ch in prange(chunks):
-        for k in range(ch * n // chunks, (ch + 1) * n // chunks):
-            a[k] = b[k] + s * c[k]
+        lo = ch * n // chunks
+        hi = (ch + 1) * n // chunks
+        _triad_chunk(a[lo:hi], b[lo:hi], c[lo:hi], s)
 
 
 @njit(parallel=True, cache=True)
 def _gather(table, idx, prefetch, acc):
-    """Add the rows ``table[idx[p]]`` into ``acc[chunk]``: a random-row gather like ``xl[j]``."""
+    """Add the rows ``table[idx[p]]`` into ``acc[chunk]``: a random-row gather like ``xl[j]``.
+
+    The prefetch runs ``PREFETCH_DISTANCE`` rows ahead within a chunk, as in the kernels' rows.
+    """
     rows = idx.size
     chunks = acc.shape[0]
-    width = table.shape[1]
-    row_bytes = width * table.itemsize
     for ch in prange(chunks):
-        lo = ch * rows // chunks
-        hi = (ch + 1) * rows // chunks
-        for c in range(width):
-            acc[ch, c] = 0
-        for p in range(lo, hi):
-            if prefetch and p + PREFETCH_DISTANCE < hi:
-                prefetch_row(table, idx[p + PREFETCH_DISTANCE], row_bytes)
-            j = idx[p]
-            for c in range(width):
-                acc[ch, c] += table[j, c]
+        _gather_chunk(table, idx[ch * rows // chunks:(ch + 1) * rows // chunks], prefetch, acc[ch])
 
 
 @intrinsic
@@ -437,20 +475,24 @@ class Machine:
                                          "gbps": moved / min(samples) / 1e9,
                                          "gbps_median": moved / _stats(samples)["median"] / 1e9})
 
-    def _gather_table(self, row_bytes):
-        key = f"table{row_bytes}"
-        if key not in self._arrays:
-            width = row_bytes // 4
-            rows = self.sizes["array_bytes"] // row_bytes
-            table = np.ones((rows, width), np.float32)
-            idx = np.random.default_rng(row_bytes).integers(0, rows, self.sizes["gathers"])
+    def _gather_table(self, row_bytes, table_bytes=None, keep=True):
+        table_bytes = self.sizes["array_bytes"] if table_bytes is None else table_bytes
+        key = ("table", row_bytes, int(table_bytes))
+        if key in self._arrays:
+            return self._arrays[key]
+        width = row_bytes // 4
+        rows = max(1, int(table_bytes) // row_bytes)
+        table = np.ones((rows, width), np.float32)
+        idx = np.random.default_rng(row_bytes).integers(0, rows, self.sizes["gathers"])
+        if keep:
             self._arrays[key] = (table, idx)
-        return self._arrays[key]
+        return table, idx
 
-    def _gather(self, threads_list, row_bytes_list=GATHER_ROW_BYTES, prefetch_list=(False, True), reps=None):
+    def _gather(self, threads_list, row_bytes_list=GATHER_ROW_BYTES, prefetch_list=(False, True), reps=None,
+                table_bytes=None):
         out = []
         for row_bytes in row_bytes_list:
-            table, idx = self._gather_table(row_bytes)
+            table, idx = self._gather_table(row_bytes, table_bytes, keep=table_bytes is None)
             acc = np.zeros((CHUNKS, table.shape[1]), np.float32)
             for t in threads_list:
                 with _Threads(t) as th:
@@ -459,6 +501,7 @@ class Machine:
                                            reps or self.reps)
                         best = min(samples)
                         rec = {"probe": "gather", "threads": th.n, "row_bytes": row_bytes, "prefetch": pf,
+                               "table_request": int(table_bytes or self.sizes["array_bytes"]),
                                "rows": int(idx.size), "table_bytes": int(table.nbytes), "samples_s": samples,
                                "rows_per_s": idx.size / best, "gbps": idx.size * row_bytes / best / 1e9,
                                "rows_per_s_median": idx.size / _stats(samples)["median"]}
@@ -509,6 +552,13 @@ class Machine:
         self._flops()
         return self
 
+    def gathers_at(self, table_bytes):
+        """Measure gathers (64 and 256 B rows, with and without prefetch, ``--threads``) from a table of this size, once."""
+        table_bytes = int(table_bytes)
+        if any(r["probe"] == "gather" and r["table_request"] == table_bytes for r in self.records):
+            return
+        self.records.extend(self._gather([self.threads], table_bytes=table_bytes))
+
     def drift(self):
         """A quick re-measurement (read bandwidth and 256-byte gathers with prefetch, ``--threads``)."""
         a = self._arrays["read"]
@@ -542,8 +592,7 @@ class Rates:
 
     read_bps: float  # streamed bytes read per second
     write_bps: float  # streamed bytes written per second (read-for-ownership included)
-    row_s_64: float  # seconds per gathered 64-byte row from memory (index stream excluded)
-    row_s_256: float  # seconds per gathered 256-byte row
+    gather: dict  # table bytes -> {64: s, 256: s}: seconds per gathered row (index stream excluded)
     flops_numba: float  # multiply + add rate x threads
     flops_blas: float  # FMA rate x threads
     cache_bytes: float
@@ -552,29 +601,42 @@ class Rates:
     @classmethod
     def from_records(cls, records, threads, cache_bytes):
         def get(probe, **kw):
-            hits = [r for r in records if r["probe"] == probe and all(r.get(k) == v for k, v in kw.items())]
-            return hits
+            return [r for r in records if r["probe"] == probe and all(r.get(k) == v for k, v in kw.items())]
 
         t = max(r["threads"] for r in records if r["probe"] == "stream read")
         read = get("stream read", threads=t)[0]["gbps"] * 1e9
         scale = get("stream scale", threads=t)[0]["gbps"] * 1e9
         # scale moves N bytes in and N out in time 2N / scale_bw; the read half costs N / read_bw
         per_written = max(2.0 / scale - 1.0 / read, 0.25 / read)
-        rows = {}
-        for rb in GATHER_ROW_BYTES:
-            best = max(r["rows_per_s"] for r in get("gather", threads=t, row_bytes=rb))
-            per_row = 1.0 / best
-            rows[rb] = max(per_row - 8.0 / read, 0.5 * per_row)  # the probe's own index stream
-        threads_f = max(1, t)
-        return cls(read, 1.0 / per_written, rows[64], rows[256],
-                   get("mul+add")[0]["gflops"] * 1e9 * threads_f, get("fma")[0]["gflops"] * 1e9 * threads_f,
+        gather = {}
+        for r in get("gather", threads=t):
+            size = r.get("table_request", r.get("table_bytes"))
+            per_row = 1.0 / r["rows_per_s"]
+            per_row = max(per_row - 8.0 / read, 0.5 * per_row)  # the probe's own index stream
+            slot = gather.setdefault(size, {})
+            slot[r["row_bytes"]] = min(slot.get(r["row_bytes"], math.inf), per_row)  # best of prefetch or not
+        return cls(read, 1.0 / per_written, gather,
+                   get("mul+add")[0]["gflops"] * 1e9 * t, get("fma")[0]["gflops"] * 1e9 * t,
                    float(cache_bytes), t)
 
-    def row_seconds(self, row_bytes):
-        """Seconds per gathered row of ``row_bytes`` from memory: linear in cache lines between 1 and 4."""
+    @property
+    def memory_table(self):
+        """The largest table measured: the probe far larger than the cache."""
+        return max(self.gather)
+
+    def row_seconds(self, row_bytes, table_bytes=None):
+        """Seconds per gathered row of ``row_bytes`` from a table of ``table_bytes`` (default: far beyond the cache).
+
+        Uses the measurement at the nearest table size (log scale), linear in
+        cache lines between the 64-byte (1 line) and 256-byte (4 lines) rows.
+        """
+        if table_bytes is None:
+            size = self.memory_table
+        else:
+            size = min(self.gather, key=lambda m: abs(math.log(m / max(table_bytes, 1.0))))
+        t64, t256 = self.gather[size][64], self.gather[size][256]
         lines = max(1, math.ceil(row_bytes / LINE))
-        slope = max(0.0, (self.row_s_256 - self.row_s_64) / 3.0)
-        return self.row_s_64 + (lines - 1) * slope
+        return t64 + (lines - 1) * max(0.0, (t256 - t64) / 3.0)
 
 
 # ---------------------------------------------------------------------- the model
@@ -889,29 +951,40 @@ def step_footprint(kernels):
     return float(sum(arrays.values()))
 
 
-def bound(model, rates, in_cache=False):
+def gathered_tables(model):
+    """Bytes of the distinct tables one pass gathers from (they share the cache)."""
+    return float(sum({g.table: g.table_bytes for g in model.gathers}.values()))
+
+
+def bound(model, rates, in_cache=False, ideal_cache=False):
     """Lower bound of one kernel's time from its model and the machine rates (see the module docstring).
 
-    Returns seconds per component, the bound, the bounding resource and the
-    traffic that went to memory.
+    ``in_cache``: the whole step fits in the cache, only compute counts.
+    Otherwise streams move at the measured bandwidths and every gathered row
+    costs the measured time per row for a table as large as the pass's
+    gathered tables together. ``ideal_cache``: the optimistic variant that
+    lets an ideal cache hold the share ``cache / tables`` of the tables, whose
+    gathers are then free after one compulsory read, the rest at the rate
+    of the probe far beyond the cache.
+
+    Returns seconds per component, the bound, the bounding resource and the traffic.
     """
-    tables = {}
-    for g in model.gathers:
-        tables[g.table] = g.table_bytes
-    total_tables = sum(tables.values())
+    tables = gathered_tables(model)
+    resident = 0.0
     if in_cache:
         resident = 1.0
-        read_b = write_b = 0.0
-        gather_rows = 0.0
-        gather_s = 0.0
+        read_b = write_b = gather_rows = gather_s = 0.0
     else:
-        resident = min(1.0, rates.cache_bytes / total_tables) if total_tables > 0 else 1.0
-        # compulsory read of the resident part of each table: once per row, at most what the pass touches
-        cold = sum(min(g.rows * g.row_bytes, g.table_bytes) * resident for g in model.gathers)
-        read_b = sum(model.reads.values()) + cold
+        read_b = sum(model.reads.values())
         write_b = sum(model.writes.values())
+        if ideal_cache:
+            resident = min(1.0, rates.cache_bytes / tables) if tables > 0 else 1.0
+            # compulsory read of the resident part of each table: once per row, at most what the pass touches
+            read_b += sum(min(g.rows * g.row_bytes, g.table_bytes) * resident for g in model.gathers)
+            gather_s = sum(g.rows * (1.0 - resident) * rates.row_seconds(g.row_bytes) for g in model.gathers)
+        else:
+            gather_s = sum(g.rows * rates.row_seconds(g.row_bytes, tables) for g in model.gathers)
         gather_rows = sum(g.rows * (1.0 - resident) for g in model.gathers)
-        gather_s = sum(g.rows * (1.0 - resident) * rates.row_seconds(g.row_bytes) for g in model.gathers)
     stream_s = read_b / rates.read_bps + write_b / rates.write_bps
     compute_s = model.flops / (rates.flops_blas if model.blas else rates.flops_numba)
     memory_s = stream_s + gather_s
@@ -923,7 +996,7 @@ def bound(model, rates, in_cache=False):
     else:
         by = "gather" if gather_s > stream_s else "stream"
     return {"stream_s": stream_s, "gather_s": gather_s, "compute_s": compute_s, "bound_s": bound_s, "by": by,
-            "read_bytes": read_b, "write_bytes": write_b, "gather_rows_memory": gather_rows,
+            "read_bytes": read_b, "write_bytes": write_b, "gather_rows": gather_rows, "gathered_tables": tables,
             "resident_fraction": resident, "flops": float(model.flops)}
 
 
@@ -989,15 +1062,25 @@ class State:
         return sp.issparse(self.x)
 
 
-def time_workload(name, size, reps, rates, log=print):
-    """Build one workload, time each kernel and the step (round robin), and bound them."""
+def time_workload(name, size, reps, machine, log=print):
+    """Build one workload, time each kernel and the step (round robin), and bound them.
+
+    Before the timing, gathers are measured at the table sizes of this
+    workload's passes (unless the whole step fits in the cache).
+    """
     w = workloads.make_workload(name, size)
     d = Dims.from_workload(w)
     runner = workloads.GatfastRunner(w)
     s = State(w, runner)
     kernels = kernels_for(d, s)
     footprint = step_footprint(kernels)
-    in_cache = footprint <= rates.cache_bytes
+    in_cache = footprint <= machine.cache_bytes
+    if not in_cache:
+        for k in kernels:
+            if k.model.gathers:
+                log(f"{name}: gathers from {gathered_tables(k.model) / 2**20:.1f} MiB tables ...")
+                machine.gathers_at(gathered_tables(k.model))
+    rates = machine.rates()
     items = [(k.name, k.run) for k in kernels] + [("step", runner.forward_backward)]
     for _, fn in items:  # warm-up (compilation happened in State already)
         for _ in range(2):
@@ -1013,6 +1096,7 @@ def time_workload(name, size, reps, rates, log=print):
     rows = []
     for k in kernels:
         b = bound(k.model, rates, in_cache)
+        ideal = bound(k.model, rates, in_cache, ideal_cache=True)
         st = _stats(samples[k.name])
         rows.append({"kernel": k.name, "label": k.label, "edge": k.edge, "measured": st,
                      "samples_s": samples[k.name],
@@ -1020,7 +1104,9 @@ def time_workload(name, size, reps, rates, log=print):
                      "best_ratio": min(samples[k.name]) / b["bound_s"] if b["bound_s"] > 0 else None,
                      "model": {"reads": k.model.reads, "writes": k.model.writes,
                                "gathers": [asdict(g) for g in k.model.gathers], "flops": float(k.model.flops),
-                               "blas": k.model.blas}, **b})
+                               "blas": k.model.blas},
+                     "ideal_cache": {key: ideal[key] for key in ("bound_s", "by", "resident_fraction",
+                                                                   "gather_rows")}, **b})
     step = _stats(samples["step"])
     step_bound = sum(r["bound_s"] for r in rows)
     kernel_sum = sum(r["measured"]["median"] for r in rows)
@@ -1107,8 +1193,10 @@ def markdown(meta, machine_records, rates, results, drift):
                   f"theoretical figure uses the `cpu MHz` of /proc/cpuinfo ({cpu['mhz']:.0f} MHz, nominal on "
                   "virtual machines, so boost clocks can exceed 100%) and assumes two FMA pipes per core.", ""]
     lines += [f"Used by the bounds ({rates.threads} threads): read {rates.read_bps / 1e9:.1f} GB/s, "
-              f"write {rates.write_bps / 1e9:.1f} GB/s (derived from scale and read), a gathered row from memory "
-              f"{rates.row_s_64 * 1e9:.1f} ns (64 B) / {rates.row_s_256 * 1e9:.1f} ns (256 B), compute "
+              f"write {rates.write_bps / 1e9:.1f} GB/s (derived from scale and read), a gathered row from a "
+              f"{rates.memory_table / 2**20:.0f} MiB table {rates.row_seconds(64) * 1e9:.1f} ns (64 B) / "
+              f"{rates.row_seconds(256) * 1e9:.1f} ns (256 B) (other table sizes: the gather rows above at "
+              "that size), compute "
               f"{rates.flops_numba / 1e9:.0f} GFLOP/s (mul+add, Numba kernels) / {rates.flops_blas / 1e9:.0f} "
               "GFLOP/s (FMA, BLAS).",
               f"Check of the stream model: triad predicted from the read and write costs "
@@ -1119,20 +1207,24 @@ def markdown(meta, machine_records, rates, results, drift):
         lines += [f"## {res['workload']}", "", ctx, "",
                   f"{res['description']}: {d['n']:,} nodes, {d['nnz']:,} edges, {d['heads']} x {d['channels']} "
                   f"channels, {d['in_features']} input features{' (sparse)' if d['x_sparse'] else ''}, "
-                  f"Θ_R {d['theta_r']}. Step footprint {res['footprint_bytes'] / 2**20:.1f} MiB: {where}.", "",
+                  f"Θ_R {d['theta_r']}. Step footprint {res['footprint_bytes'] / 2**20:.1f} MiB: {where}. "
+                  "Bound: streams at the measured bandwidths, each gathered row at the rate measured for a table "
+                  "as large as the pass's gathered tables together; ideal-cache bound: the L3 holds its share of "
+                  "those tables for free, the rest at the rate far beyond the cache.", "",
                   "| kernel | measured ms, median (p10-p90) | bound ms | measured/bound | best/bound | bound by "
-                  "| stream MB | gathered rows from memory | cached share of gathered tables | GFLOP |",
+                  "| stream MB | gathered rows (tables MiB) | GFLOP | ideal-cache bound ms |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         for r in res["kernels"]:
             m = r["measured"]
             ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}"
             best = "—" if r["best_ratio"] is None else f"{r['best_ratio']:.2f}"
             edge = " (edge)" if r["edge"] else ""
-            share = f"{r['resident_fraction']:.2f}" if r["model"]["gathers"] else "—"
+            rows = (f"{sum(g['rows'] for g in r['model']['gathers']):,.0f} ({r['gathered_tables'] / 2**20:.1f})"
+                    if r["model"]["gathers"] else "—")
             lines.append(
                 f"| {r['label']}{edge} | {_ms(m['median'])} ({_ms(m['p10'])}-{_ms(m['p90'])}) | {_ms(r['bound_s'])} "
                 f"| {ratio} | {best} | {r['by']} | {_mb(r['read_bytes'] + r['write_bytes'])} "
-                f"| {r['gather_rows_memory']:,.0f} | {share} | {r['flops'] / 1e9:.3f} |")
+                f"| {rows} | {r['flops'] / 1e9:.3f} | {_ms(r['ideal_cache']['bound_s'])} |")
         st = res["step"]
         m = st["measured"]
         lines.append(f"| other (Python, allocations, small ops: step minus kernels) | {_ms(st['other_s'])} | — "
@@ -1178,7 +1270,7 @@ def main(argv=None):
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS), help="comma-separated names")
     parser.add_argument("--out", default=str(HERE.parent / "runs" / "roofline"))
     parser.add_argument("--cache-mb", type=float, default=None,
-                        help="cache the model may assume (default: the L3 size; 0: every gather from memory)")
+                        help="cache size the model assumes (default: the L3 size; 0: never count the step as cache-resident)")
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
@@ -1208,10 +1300,11 @@ def main(argv=None):
     with _Threads(threads):
         for name in names:
             log(f"{name}: building and timing ...")
-            results.append(time_workload(name, args.size, args.reps, rates, log))
+            results.append(time_workload(name, args.size, args.reps, machine, log))
             drift.append({"after": name, **machine.drift()})
     machine.release()
     load1 = _loadavg()
+    rates = machine.rates()  # with the gathers measured at the workloads' table sizes
 
     triad = machine.find("stream triad", threads)
     n_elem = triad["bytes"] / 12

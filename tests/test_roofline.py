@@ -84,13 +84,19 @@ def test_dense_and_sparse_products_by_hand(dims):
     assert "dense_backward" in [k.name for k in roofline.kernels_for(dims)]
 
 
+BIG = float(1 << 30)  # the probe table "far larger than the cache"
+
+
 def _rates(cache_bytes=0.0):
-    return roofline.Rates(read_bps=1e9, write_bps=0.5e9, row_s_64=1e-8, row_s_256=4e-8,
+    # gathers cost 1 / 4 ns per 64 / 256-byte row from a 1 KiB table and 10 / 40 ns from the big one
+    return roofline.Rates(read_bps=1e9, write_bps=0.5e9,
+                          gather={1024.0: {64: 1e-9, 256: 4e-9}, BIG: {64: 1e-8, 256: 4e-8}},
                           flops_numba=1e9, flops_blas=2e9, cache_bytes=cache_bytes, threads=1)
 
 
 def test_row_cost_is_linear_in_cache_lines():
     r = _rates()
+    assert r.memory_table == BIG
     assert r.row_seconds(4) == pytest.approx(1e-8)  # a 4-byte alpha still costs a line
     assert r.row_seconds(64) == pytest.approx(1e-8)
     assert r.row_seconds(128) == pytest.approx(2e-8)
@@ -98,20 +104,32 @@ def test_row_cost_is_linear_in_cache_lines():
     assert r.row_seconds(512) == pytest.approx(8e-8)
 
 
-def test_bound_from_memory_and_partly_cached(dims):
+def test_row_cost_uses_the_nearest_measured_table_size():
+    r = _rates()
+    assert r.row_seconds(64, 96) == pytest.approx(1e-9)  # nearest (log scale): the 1 KiB table
+    assert r.row_seconds(256, 2000) == pytest.approx(4e-9)
+    assert r.row_seconds(128, 1 << 29) == pytest.approx(2e-8)  # nearest: the big table
+
+
+def test_bound_from_memory_and_ideal_cache(dims):
     m = roofline.k_forward(dims).model
     b = roofline.bound(m, _rates(cache_bytes=0.0))
     reads, writes = 32 + 48 + 96 + 32, 48 + 96
-    assert b["resident_fraction"] == 0.0
+    assert b["gathered_tables"] == 96
     assert b["stream_s"] == pytest.approx(reads / 1e9 + writes / 0.5e9)
-    assert b["gather_s"] == pytest.approx(6 * 1e-8)  # 32-byte rows: one line each
+    # 6 rows of 32 bytes (one line each) at the rate measured for the table nearest 96 bytes
+    assert b["gather_s"] == pytest.approx(6 * 1e-9)
     assert b["compute_s"] == pytest.approx(342 / 1e9)
     assert b["bound_s"] == pytest.approx(max(b["stream_s"] + b["gather_s"], b["compute_s"]))
     assert b["by"] == "stream"
-    # a cache of half the table: half the gathers are free after a compulsory read of half of it
-    half = roofline.bound(m, _rates(cache_bytes=48.0))
+    # no cache credit: every gather at the far-beyond-cache rate
+    none = roofline.bound(m, _rates(cache_bytes=0.0), ideal_cache=True)
+    assert none["resident_fraction"] == 0.0 and none["gather_s"] == pytest.approx(6 * 1e-8)
+    # an ideal cache of half the table: half the gathers are free after a compulsory read of half of it
+    half = roofline.bound(m, _rates(cache_bytes=48.0), ideal_cache=True)
     assert half["resident_fraction"] == 0.5
-    assert half["gather_rows_memory"] == pytest.approx(3)
+    assert half["gather_rows"] == pytest.approx(3)
+    assert half["gather_s"] == pytest.approx(3 * 1e-8)
     assert half["read_bytes"] == pytest.approx(reads + 48)
     # the whole step in cache: only compute
     inside = roofline.bound(m, _rates(cache_bytes=0.0), in_cache=True)
@@ -125,9 +143,13 @@ def test_bound_from_memory_and_partly_cached(dims):
 def test_gather_bound_source_pass_tables_share_the_cache(dims):
     m = roofline.k_source(dims).model
     tables = 96 + 96 + 48 + 48
-    b = roofline.bound(m, _rates(cache_bytes=tables / 4))
-    assert b["resident_fraction"] == pytest.approx(0.25)
-    assert b["gather_s"] == pytest.approx(0.75 * 6 * 4 * 1e-8)
+    assert roofline.gathered_tables(m) == tables
+    ideal = roofline.bound(m, _rates(cache_bytes=tables / 4), ideal_cache=True)
+    assert ideal["resident_fraction"] == pytest.approx(0.25)
+    assert ideal["gather_s"] == pytest.approx(0.75 * 6 * 4 * 1e-8)
+    # measured mode: the four tables together (288 B) pick the rate; every row is one line
+    b = roofline.bound(m, _rates())
+    assert b["gather_s"] == pytest.approx(6 * 4 * 1e-9)
     assert b["by"] in ("stream", "gather")
 
 
@@ -143,13 +165,17 @@ def test_step_footprint_counts_each_array_once(dims):
 
 
 def test_rates_from_records():
+    big = 1 << 28
     recs = [
         {"probe": "stream read", "threads": 2, "gbps": 10.0},
         {"probe": "stream scale", "threads": 2, "gbps": 8.0},
-        {"probe": "gather", "threads": 2, "row_bytes": 64, "prefetch": False, "rows_per_s": 50e6},
-        {"probe": "gather", "threads": 2, "row_bytes": 64, "prefetch": True, "rows_per_s": 100e6},
-        {"probe": "gather", "threads": 2, "row_bytes": 256, "prefetch": True, "rows_per_s": 40e6},
-        {"probe": "gather", "threads": 2, "row_bytes": 256, "prefetch": False, "rows_per_s": 20e6},
+        {"probe": "gather", "threads": 2, "row_bytes": 64, "prefetch": False, "rows_per_s": 50e6, "table_request": big},
+        {"probe": "gather", "threads": 2, "row_bytes": 64, "prefetch": True, "rows_per_s": 100e6, "table_request": big},
+        {"probe": "gather", "threads": 2, "row_bytes": 256, "prefetch": True, "rows_per_s": 40e6, "table_request": big},
+        {"probe": "gather", "threads": 2, "row_bytes": 256, "prefetch": False, "rows_per_s": 20e6, "table_request": big},
+        {"probe": "gather", "threads": 1, "row_bytes": 256, "prefetch": False, "rows_per_s": 99e6, "table_request": big},
+        {"probe": "gather", "threads": 2, "row_bytes": 64, "prefetch": True, "rows_per_s": 300e6, "table_request": 1000},
+        {"probe": "gather", "threads": 2, "row_bytes": 256, "prefetch": True, "rows_per_s": 200e6, "table_request": 1000},
         {"probe": "fma", "threads": 1, "gflops": 100.0},
         {"probe": "mul+add", "threads": 1, "gflops": 60.0},
     ]
@@ -158,8 +184,11 @@ def test_rates_from_records():
     # scale: 2 bytes per element pair at 8 GB/s, of which the read costs 1 / 10 GB/s
     assert 1 / r.write_bps == pytest.approx(2 / 8e9 - 1 / 10e9)
     # best of with and without prefetch, less the probe's 8-byte index read
-    assert r.row_s_64 == pytest.approx(1 / 100e6 - 8 / 10e9)
-    assert r.row_s_256 == pytest.approx(1 / 40e6 - 8 / 10e9)
+    assert r.memory_table == big
+    assert r.row_seconds(64) == pytest.approx(1 / 100e6 - 8 / 10e9)
+    assert r.row_seconds(256) == pytest.approx(1 / 40e6 - 8 / 10e9)  # the 1-thread record is not used
+    # at most half of a row's time is taken off for the index stream
+    assert r.row_seconds(64, 1000) == pytest.approx(max(1 / 300e6 - 8 / 10e9, 0.5 / 300e6))
     assert r.flops_blas == pytest.approx(200e9) and r.flops_numba == pytest.approx(120e9)
 
 
@@ -210,3 +239,13 @@ def test_tiny_end_to_end(tmp_path):
         assert meta["cpu"]["model"] in block.split("\n\n")[1]
         assert "bench/roofline.py" in block.split("\n\n")[1]
     assert "| **whole fwd+bwd step** |" in md
+
+
+def test_gather_probe_at_a_table_size_runs_once():
+    m = roofline.Machine(1, "tiny", 1, 1 << 20)
+    m.gathers_at(200_000)
+    m.gathers_at(200_000)  # already measured: nothing new
+    recs = [r for r in m.records if r["probe"] == "gather"]
+    assert {(r["row_bytes"], r["prefetch"]) for r in recs} == {(64, False), (64, True), (256, False), (256, True)}
+    assert all(r["table_request"] == 200_000 and r["rows_per_s"] > 0 for r in recs)
+    assert all(abs(r["table_bytes"] - 200_000) < 256 for r in recs)
