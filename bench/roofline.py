@@ -3,10 +3,11 @@
 Three parts, all in one process:
 
 1. **Machine figures**, measured with small Numba kernels (``cache=True``,
-   warmed up, no ``fastmath`` anywhere). Each ceiling is the best of its
-   repetitions, as STREAM reports it: other work on a shared machine only
-   ever slows a probe down, and a bound must not be slower than the
-   machine can be. Medians and every sample are kept in the JSON.
+   warmed up, no ``fastmath`` anywhere), once at the start (the machine
+   table: best and median of the repetitions) and again, at ``--threads``
+   threads, inside each workload's timing rounds (the ceilings its bounds
+   use, see 3). Every probe loop runs in a serial helper on a contiguous
+   slice: the same loop written inside a ``prange`` body did not vectorise.
 
    * streaming bandwidth: a read-only sum (the float32 array read as
      uint64, so that LLVM may vectorise the integer sum without any
@@ -85,13 +86,15 @@ Three parts, all in one process:
    the layer's dense-product helpers) is called with the arrays prepared
    as ``gatfast/layer.py`` prepares them, and the whole
    ``layer.forward`` + ``layer.backward`` step is timed too. Warm-up, then
-   ``--reps`` rounds in which every kernel and the step run once each in
-   turn (so slow drift of a shared machine hits all of them alike; each
-   kernel starts with the cache another kernel left, as in the step);
-   median and the 10th-90th percentile range. The goals are judged on the
-   median; the best repetition over the bound is shown beside it, as the
-   figure a busy machine disturbs least. After each workload the read
-   bandwidth and the 256-byte gather rate are measured again ("drift").
+   ``--reps`` rounds in which every kernel, the step and every probe the
+   workload's bounds need (read and scale streams, gathers with prefetch
+   at the workload's table sizes, flops) run once each in turn: other work
+   on a shared machine then slows kernels and ceilings alike, and each
+   kernel starts with the cache another kernel left, as in the step.
+   Kernels: median and the 10th-90th percentile range. Bounds: from the
+   probes' medians, so measured/bound is a ratio of medians (the goals are
+   judged on it); best/bound divides the best kernel sample by the bound
+   from the probes' best samples.
 
 The issue's goals: every edge kernel within 1.3x of its bound and the whole
 ``large`` step within 1.5x.
@@ -440,8 +443,29 @@ def probe_sizes(size, cache_bytes):
     return {"array_bytes": int(want), "gathers": 2_000_000, "flop_seconds": 0.1}
 
 
+def _record(template, samples):
+    """A probe record: its description, every sample, and its rate from the best and from the median sample."""
+    rec = dict(template, samples_s=list(samples))
+    best, med = min(samples), _stats(samples)["median"]
+    if rec["probe"].startswith("stream"):
+        rec["gbps"] = rec["bytes"] / best / 1e9
+        rec["gbps_median"] = rec["bytes"] / med / 1e9
+    elif rec["probe"] == "gather":
+        rec["rows_per_s"] = rec["rows"] / best
+        rec["rows_per_s_median"] = rec["rows"] / med
+        rec["gbps"] = rec["rows"] * rec["row_bytes"] / best / 1e9
+    else:
+        rec["gflops"] = rec["flops"] / best / 1e9
+        rec["gflops_median"] = rec["flops"] / med / 1e9
+        theo = rec["theoretical_gflops"]
+        rec["fraction_of_peak"] = rec["gflops"] / theo if theo else None
+        # the clock at which the FMA rate is 2 full-width FMAs per cycle
+        rec["implied_ghz"] = rec["gflops"] / (4 * rec["lanes"]) if rec["probe"] == "fma" else None
+    return rec
+
+
 class Machine:
-    """Measures and holds the machine figures (a flat list of probe records)."""
+    """Measures the machine figures: probe records at the start, and probes to run beside each workload's kernels."""
 
     def __init__(self, threads, size, reps, cache_bytes):
         self.threads = threads
@@ -451,124 +475,101 @@ class Machine:
         self.sizes = probe_sizes(size, cache_bytes)
         self.records = []
         self._arrays = {}
+        self._flop_iters = {}
 
-    # -- the probes
-    def _stream(self, threads_list):
-        nbytes = self.sizes["array_bytes"]
-        n = nbytes // 4
-        a = np.ones(n, np.float32)
-        b = np.ones(n, np.float32)
-        c = np.ones(n, np.float32)
-        self._arrays["read"] = a
+    # -- probes: each is (record template, no-argument call)
+    def _stream_probes(self, threads, kinds=("read", "scale", "triad")):
+        if "a" not in self._arrays:
+            n = self.sizes["array_bytes"] // 4
+            self._arrays.update(a=np.ones(n, np.float32), b=np.ones(n, np.float32), c=np.ones(n, np.float32),
+                                sums=np.zeros(CHUNKS, np.uint64))
+        a, b, c, sums = (self._arrays[k] for k in ("a", "b", "c", "sums"))
         s = np.float32(1.0001)
-        sums = np.zeros(CHUNKS, np.uint64)
-        a64 = a.view(np.uint64)
-        for t in threads_list:
-            with _Threads(t) as th:
-                for probe, fn, moved in (
-                    ("stream read", lambda: _read_sum(a64, sums), 4 * n),
-                    ("stream scale", lambda: _scale(a, b, s, CHUNKS), 8 * n),
-                    ("stream triad", lambda: _triad(c, a, b, s, CHUNKS), 12 * n),
-                ):
-                    samples = _samples(fn, self.reps)
-                    self.records.append({"probe": probe, "threads": th.n, "bytes": moved, "samples_s": samples,
-                                         "gbps": moved / min(samples) / 1e9,
-                                         "gbps_median": moved / _stats(samples)["median"] / 1e9})
+        calls = {
+            "read": (lambda: _read_sum(a.view(np.uint64), sums), a.nbytes),
+            "scale": (lambda: _scale(a, b, s, CHUNKS), 2 * a.nbytes),
+            "triad": (lambda: _triad(c, a, b, s, CHUNKS), 3 * a.nbytes),
+        }
+        return [({"probe": f"stream {k}", "threads": threads, "bytes": calls[k][1]}, calls[k][0]) for k in kinds]
 
-    def _gather_table(self, row_bytes, table_bytes=None, keep=True):
-        table_bytes = self.sizes["array_bytes"] if table_bytes is None else table_bytes
-        key = ("table", row_bytes, int(table_bytes))
-        if key in self._arrays:
-            return self._arrays[key]
-        width = row_bytes // 4
-        rows = max(1, int(table_bytes) // row_bytes)
-        table = np.ones((rows, width), np.float32)
-        idx = np.random.default_rng(row_bytes).integers(0, rows, self.sizes["gathers"])
-        if keep:
-            self._arrays[key] = (table, idx)
-        return table, idx
-
-    def _gather(self, threads_list, row_bytes_list=GATHER_ROW_BYTES, prefetch_list=(False, True), reps=None,
-                table_bytes=None):
+    def _gather_probes(self, threads, table_bytes=None, prefetch=(False, True)):
+        """Gathers of 64 and 256-byte rows from one table of ``table_bytes`` (default: far beyond the cache)."""
+        table_bytes = int(self.sizes["array_bytes"] if table_bytes is None else table_bytes)
+        key = ("table", table_bytes)
+        if key not in self._arrays:
+            self._arrays[key] = np.ones(max(64, table_bytes // 4), np.float32)
+        flat = self._arrays[key]
         out = []
-        for row_bytes in row_bytes_list:
-            table, idx = self._gather_table(row_bytes, table_bytes, keep=table_bytes is None)
-            acc = np.zeros((CHUNKS, table.shape[1]), np.float32)
-            for t in threads_list:
-                with _Threads(t) as th:
-                    for pf in prefetch_list:
-                        samples = _samples(lambda table=table, idx=idx, pf=pf, acc=acc: _gather(table, idx, pf, acc),
-                                           reps or self.reps)
-                        best = min(samples)
-                        rec = {"probe": "gather", "threads": th.n, "row_bytes": row_bytes, "prefetch": pf,
-                               "table_request": int(table_bytes or self.sizes["array_bytes"]),
-                               "rows": int(idx.size), "table_bytes": int(table.nbytes), "samples_s": samples,
-                               "rows_per_s": idx.size / best, "gbps": idx.size * row_bytes / best / 1e9,
-                               "rows_per_s_median": idx.size / _stats(samples)["median"]}
-                        out.append(rec)
+        for row_bytes in GATHER_ROW_BYTES:
+            width = row_bytes // 4
+            table = flat[: flat.size // width * width].reshape(-1, width)
+            idx = np.random.default_rng(row_bytes).integers(0, table.shape[0], self.sizes["gathers"])
+            acc = np.zeros((CHUNKS, width), np.float32)
+            for pf in prefetch:
+                tpl = {"probe": "gather", "threads": threads, "row_bytes": row_bytes, "prefetch": pf,
+                       "table_request": table_bytes, "table_bytes": int(table.nbytes), "rows": int(idx.size)}
+                out.append((tpl, lambda table=table, idx=idx, pf=pf, acc=acc: _gather(table, idx, pf, acc)))
         return out
 
-    def _flops(self):
+    def _flop_probes(self, seconds):
         seed = np.full((PROBE_CHAINS + 2) * PROBE_LANES, 0.5, np.float32)
         seed[:PROBE_LANES] = 1.0  # a: a runtime 1.0 (no decay into denormals, nothing to fold)
         seed[PROBE_LANES:2 * PROBE_LANES] = 1e-6  # b
-        per_iter = {True: 2, False: 1}  # flops per lane and chain: an FMA is 2, a multiply or an add 1
-        theo = None
-        if CPU["mhz"]:
-            theo = CPU["mhz"] * 1e6 * 2 * PROBE_LANES * 2  # 2 FMA pipes x lanes x 2 flops
-        registers = _vector_registers(seed)
+        theo = CPU["mhz"] * 1e6 * 2 * PROBE_LANES * 2 / 1e9 if CPU["mhz"] else None  # 2 FMA pipes x lanes x 2
+        if "registers" not in self._arrays:
+            self._arrays["registers"] = _vector_registers(seed)
+        out = []
         for fused in (True, False):
-            _flops_probe(seed, 1000, fused)  # compile / load
-            iters = 1 << 16
-            while True:  # calibrate to about flop_seconds per call
-                t0 = time.perf_counter()
-                _flops_probe(seed, iters, fused)
-                dt = time.perf_counter() - t0
-                if dt > self.sizes["flop_seconds"] / 4 or iters > 1 << 34:
-                    break
-                iters *= 4
-            iters = max(1000, int(iters * self.sizes["flop_seconds"] / max(dt, 1e-9)))
-            samples = _samples(lambda fused=fused, iters=iters: _flops_probe(seed, iters, fused), self.reps)
-            flops = iters * PROBE_CHAINS * PROBE_LANES * per_iter[fused]
-            gflops = flops / min(samples) / 1e9
-            self.records.append({
-                "probe": "fma" if fused else "mul+add", "threads": 1, "lanes": PROBE_LANES,
-                "chains": PROBE_CHAINS, "iterations": iters, "samples_s": samples, "gflops": gflops,
-                "gflops_median": flops / _stats(samples)["median"] / 1e9,
-                "theoretical_gflops": theo / 1e9 if theo else None,
-                "fraction_of_peak": gflops / (theo / 1e9) if theo else None,
-                # the clock at which this rate would be 2 full-width FMAs (or 4 operations) per cycle
-                "implied_ghz": gflops / (4 * PROBE_LANES) if fused else None,
-                "registers": registers,
-            })
+            if fused not in self._flop_iters:
+                _flops_probe(seed, 1000, fused)  # compile or load
+                iters = 1 << 16
+                while True:  # iterations per second
+                    t0 = time.perf_counter()
+                    _flops_probe(seed, iters, fused)
+                    dt = time.perf_counter() - t0
+                    if dt > 0.02 or iters > 1 << 34:
+                        break
+                    iters *= 4
+                self._flop_iters[fused] = iters / max(dt, 1e-9)
+            iters = max(1000, int(self._flop_iters[fused] * seconds))
+            per_lane = 2 if fused else 1  # an FMA is 2 flops, a multiply or an add 1
+            tpl = {"probe": "fma" if fused else "mul+add", "threads": 1, "lanes": PROBE_LANES,
+                   "chains": PROBE_CHAINS, "iterations": iters, "flops": iters * PROBE_CHAINS * PROBE_LANES * per_lane,
+                   "theoretical_gflops": theo, "registers": self._arrays["registers"]}
+            out.append((tpl, lambda fused=fused, iters=iters: _flops_probe(seed, iters, fused)))
+        return out
 
     def measure(self, log=print):
-        threads_list = sorted({1, self.threads})
-        log(f"machine: streams ({self.sizes['array_bytes'] / 2**20:.0f} MiB arrays) ...")
-        self._stream(threads_list)
-        log("machine: gathers ...")
-        self.records.extend(self._gather(threads_list))
+        """The machine table: streams and gathers far beyond the cache on 1 and ``threads`` threads, flops on 1."""
+        log(f"machine: streams and gathers ({self.sizes['array_bytes'] / 2**20:.0f} MiB arrays) ...")
+        for t in sorted({1, self.threads}):
+            with _Threads(t) as th:
+                for tpl, fn in self._stream_probes(th.n) + self._gather_probes(th.n):
+                    self.records.append(_record(tpl, _samples(fn, self.reps)))
         log("machine: flops ...")
-        self._flops()
+        for tpl, fn in self._flop_probes(self.sizes["flop_seconds"]):
+            self.records.append(_record(tpl, _samples(fn, self.reps)))
         return self
 
-    def gathers_at(self, table_bytes):
-        """Measure gathers (64 and 256 B rows, with and without prefetch, ``--threads``) from a table of this size, once."""
-        table_bytes = int(table_bytes)
-        if any(r["probe"] == "gather" and r["table_request"] == table_bytes for r in self.records):
-            return
-        self.records.extend(self._gather([self.threads], table_bytes=table_bytes))
+    def workload_probes(self, table_sizes, in_cache):
+        """Probes to run in the same rounds as a workload's kernels (at ``threads``): the ceilings its bounds use.
 
-    def drift(self):
-        """A quick re-measurement (read bandwidth and 256-byte gathers with prefetch, ``--threads``)."""
-        a = self._arrays["read"]
-        sums = np.zeros(CHUNKS, np.uint64)
-        reps = max(1, min(self.reps, 3))
-        with _Threads(self.threads) as th:
-            samples = _samples(lambda: _read_sum(a.view(np.uint64), sums), reps)
-            read = a.nbytes / min(samples) / 1e9
-            gat = self._gather([th.n], row_bytes_list=(256,), prefetch_list=(True,), reps=reps)[0]
-        return {"read_gbps": read, "gather256_mrows": gat["rows_per_s"] / 1e6}
+        Streams (read, scale) and gathers with prefetch at each table size,
+        unless the step runs in cache; flops always (shorter calls).
+        """
+        probes = []
+        if not in_cache:
+            probes += self._stream_probes(self.threads, ("read", "scale"))
+            for size in sorted(set(int(t) for t in table_sizes)):
+                probes += self._gather_probes(self.threads, size, prefetch=(True,))
+        probes += self._flop_probes(self.sizes["flop_seconds"] / 5)
+        return probes
+
+    def release_tables(self):
+        """Free the gather tables of workload sizes (the far-beyond-cache one stays)."""
+        keep = ("table", int(self.sizes["array_bytes"]))
+        for key in [k for k in self._arrays if isinstance(k, tuple) and k != keep]:
+            del self._arrays[key]
 
     def release(self):
         self._arrays.clear()
@@ -582,8 +583,9 @@ class Machine:
                 return r
         raise KeyError((probe, threads, kw))
 
-    def rates(self):
-        return Rates.from_records(self.records, self.threads, self.cache_bytes)
+    def rates(self, records=(), median=False):
+        """Rates from ``records`` (first) and the machine table (where ``records`` lack a probe)."""
+        return Rates.from_records(list(records) + self.records, self.threads, self.cache_bytes, median)
 
 
 @dataclass
@@ -599,24 +601,32 @@ class Rates:
     threads: int = 1
 
     @classmethod
-    def from_records(cls, records, threads, cache_bytes):
+    def from_records(cls, records, threads, cache_bytes, median=False):
+        """Rates from probe records (the first record of each kind counts; best sample, or median)."""
+        suffix = "_median" if median else ""
+
         def get(probe, **kw):
             return [r for r in records if r["probe"] == probe and all(r.get(k) == v for k, v in kw.items())]
 
         t = max(r["threads"] for r in records if r["probe"] == "stream read")
-        read = get("stream read", threads=t)[0]["gbps"] * 1e9
-        scale = get("stream scale", threads=t)[0]["gbps"] * 1e9
+        read = get("stream read", threads=t)[0]["gbps" + suffix] * 1e9
+        scale = get("stream scale", threads=t)[0]["gbps" + suffix] * 1e9
         # scale moves N bytes in and N out in time 2N / scale_bw; the read half costs N / read_bw
         per_written = max(2.0 / scale - 1.0 / read, 0.25 / read)
         gather = {}
+        seen = set()
         for r in get("gather", threads=t):
             size = r.get("table_request", r.get("table_bytes"))
-            per_row = 1.0 / r["rows_per_s"]
+            key = (size, r["row_bytes"], r["prefetch"])
+            if key in seen:  # an earlier record of the same probe wins
+                continue
+            seen.add(key)
+            per_row = 1.0 / r["rows_per_s" + suffix]
             per_row = max(per_row - 8.0 / read, 0.5 * per_row)  # the probe's own index stream
             slot = gather.setdefault(size, {})
             slot[r["row_bytes"]] = min(slot.get(r["row_bytes"], math.inf), per_row)  # best of prefetch or not
         return cls(read, 1.0 / per_written, gather,
-                   get("mul+add")[0]["gflops"] * 1e9 * t, get("fma")[0]["gflops"] * 1e9 * t,
+                   get("mul+add")[0]["gflops" + suffix] * 1e9 * t, get("fma")[0]["gflops" + suffix] * 1e9 * t,
                    float(cache_bytes), t)
 
     @property
@@ -1063,10 +1073,12 @@ class State:
 
 
 def time_workload(name, size, reps, machine, log=print):
-    """Build one workload, time each kernel and the step (round robin), and bound them.
+    """Build one workload, then time its kernels, the whole step and the probes of its ceilings in rounds.
 
-    Before the timing, gathers are measured at the table sizes of this
-    workload's passes (unless the whole step fits in the cache).
+    Every round runs each kernel, the step and each probe once, so a
+    machine shared with other work slows kernels and ceilings alike. The
+    bounds use the probes' medians (the ratio of medians), and separately
+    their best samples (for best/bound).
     """
     w = workloads.make_workload(name, size)
     d = Dims.from_workload(w)
@@ -1075,13 +1087,10 @@ def time_workload(name, size, reps, machine, log=print):
     kernels = kernels_for(d, s)
     footprint = step_footprint(kernels)
     in_cache = footprint <= machine.cache_bytes
-    if not in_cache:
-        for k in kernels:
-            if k.model.gathers:
-                log(f"{name}: gathers from {gathered_tables(k.model) / 2**20:.1f} MiB tables ...")
-                machine.gathers_at(gathered_tables(k.model))
-    rates = machine.rates()
+    tables = [gathered_tables(k.model) for k in kernels if k.model.gathers]
+    probes = machine.workload_probes(tables, in_cache)
     items = [(k.name, k.run) for k in kernels] + [("step", runner.forward_backward)]
+    items += [(f"probe {i}", fn) for i, (_, fn) in enumerate(probes)]
     for _, fn in items:  # warm-up (compilation happened in State already)
         for _ in range(2):
             fn()
@@ -1093,15 +1102,21 @@ def time_workload(name, size, reps, machine, log=print):
             fn()
             samples[key].append(time.perf_counter() - t0)
     load_after = _loadavg()
+    machine.release_tables()
+    ceilings = [_record(tpl, samples[f"probe {i}"]) for i, (tpl, _) in enumerate(probes)]
+    rates = machine.rates(ceilings, median=True)
+    rates_best = machine.rates(ceilings)
     rows = []
     for k in kernels:
         b = bound(k.model, rates, in_cache)
+        best = bound(k.model, rates_best, in_cache)["bound_s"]
         ideal = bound(k.model, rates, in_cache, ideal_cache=True)
         st = _stats(samples[k.name])
         rows.append({"kernel": k.name, "label": k.label, "edge": k.edge, "measured": st,
                      "samples_s": samples[k.name],
                      "ratio": st["median"] / b["bound_s"] if b["bound_s"] > 0 else None,
-                     "best_ratio": min(samples[k.name]) / b["bound_s"] if b["bound_s"] > 0 else None,
+                     "best_bound_s": best,
+                     "best_ratio": min(samples[k.name]) / best if best > 0 else None,
                      "model": {"reads": k.model.reads, "writes": k.model.writes,
                                "gathers": [asdict(g) for g in k.model.gathers], "flops": float(k.model.flops),
                                "blas": k.model.blas},
@@ -1109,14 +1124,17 @@ def time_workload(name, size, reps, machine, log=print):
                                                                    "gather_rows")}, **b})
     step = _stats(samples["step"])
     step_bound = sum(r["bound_s"] for r in rows)
+    step_best_bound = sum(r["best_bound_s"] for r in rows)
     kernel_sum = sum(r["measured"]["median"] for r in rows)
     worst = max((r for r in rows if r["edge"]), key=lambda r: r["ratio"])
     result = {
         "workload": name, "description": workloads.WORKLOADS[name][1], "size": size, "dims": asdict(d),
         "footprint_bytes": footprint, "in_cache": in_cache, "kernels": rows,
+        "ceilings": ceilings, "rates": asdict(rates), "rates_best": asdict(rates_best),
         "step": {"measured": step, "samples_s": samples["step"], "bound_s": step_bound,
                  "ratio": step["median"] / step_bound if step_bound > 0 else None,
-                 "best_ratio": min(samples["step"]) / step_bound if step_bound > 0 else None,
+                 "best_bound_s": step_best_bound,
+                 "best_ratio": min(samples["step"]) / step_best_bound if step_best_bound > 0 else None,
                  "kernels_measured_s": kernel_sum, "other_s": step["median"] - kernel_sum},
         "goals": {"edge_kernel_limit": GOALS["edge_kernel"], "worst_edge_ratio": worst["ratio"],
                   "worst_edge_kernel": worst["kernel"], "edge_met": worst["ratio"] <= GOALS["edge_kernel"]},
@@ -1166,7 +1184,22 @@ def _probe_name(r):
     return f"{r['probe']} float32, {r['lanes']} lanes x {r['chains']} chains ({r['registers']} registers)"
 
 
-def markdown(meta, machine_records, rates, results, drift):
+def _rates_text(rates, in_cache=False):
+    """One line of the ceilings a set of bounds used (a Rates or its asdict)."""
+    r = rates if isinstance(rates, dict) else asdict(rates)
+    compute = (f"compute {r['flops_numba'] / 1e9:.0f} GFLOP/s (mul+add, Numba kernels) / "
+               f"{r['flops_blas'] / 1e9:.0f} GFLOP/s (FMA, BLAS)")
+    if in_cache:
+        return compute + "."
+    gathers = []
+    for size in sorted(r["gather"], key=float):
+        g = r["gather"][size]
+        gathers.append(f"{float(size) / 2**20:.0f} MiB table {g[64] * 1e9:.1f} / {g[256] * 1e9:.1f} ns")
+    return (f"read {r['read_bps'] / 1e9:.1f} GB/s, write {r['write_bps'] / 1e9:.1f} GB/s (derived from scale and "
+            f"read); a gathered 64 / 256-byte row: {'; '.join(gathers)}; {compute}.")
+
+
+def markdown(meta, machine_records, rates, results):
     ctx = context_line(meta)
     cpu = meta["cpu"]
     lines = ["# Roofline: gatfast kernels against this machine's limits", "",
@@ -1174,12 +1207,12 @@ def markdown(meta, machine_records, rates, results, drift):
              f"L3 {cpu['l3_bytes'] / 2**20:.0f} MiB (cache assumed by the model: {rates.cache_bytes / 2**20:.0f} "
              f"MiB), size `{meta['size']}`, {meta['reps']} repetitions per kernel, Numba {meta['numba']}, NumPy "
              f"{meta['numpy']}, threading layer {meta['threading_layer']}. 1-minute load average before / after: "
-             f"{meta['load']}. The machine may be shared with other work: compare ratios, not absolute times, "
-             "and look at the drift table.", ""]
+             f"{meta['load']}. The machine may be shared with other work: compare ratios, not absolute times.",
+             ""]
     if meta["size"] == "tiny":
         lines += ["**Tiny size: a smoke test, the figures mean nothing.**", ""]
     lines += ["## Machine", "", ctx, "",
-              "Best of the repetitions (the ceiling the bounds use) and the median; time spread = 10th-90th "
+              "Measured at the start of the run: best and median of the repetitions; time spread = 10th-90th "
               "percentile of one probe call.", "",
               "| probe | threads | best | median | time spread |", "|---|---:|---:|---:|---:|"]
     for r in machine_records:
@@ -1192,15 +1225,11 @@ def markdown(meta, machine_records, rates, results, drift):
         lines += [f"The FMA probe's rate is {fma['implied_ghz']:.2f} GHz x 2 full-width FMAs per cycle; the "
                   f"theoretical figure uses the `cpu MHz` of /proc/cpuinfo ({cpu['mhz']:.0f} MHz, nominal on "
                   "virtual machines, so boost clocks can exceed 100%) and assumes two FMA pipes per core.", ""]
-    lines += [f"Used by the bounds ({rates.threads} threads): read {rates.read_bps / 1e9:.1f} GB/s, "
-              f"write {rates.write_bps / 1e9:.1f} GB/s (derived from scale and read), a gathered row from a "
-              f"{rates.memory_table / 2**20:.0f} MiB table {rates.row_seconds(64) * 1e9:.1f} ns (64 B) / "
-              f"{rates.row_seconds(256) * 1e9:.1f} ns (256 B) (other table sizes: the gather rows above at "
-              "that size), compute "
-              f"{rates.flops_numba / 1e9:.0f} GFLOP/s (mul+add, Numba kernels) / {rates.flops_blas / 1e9:.0f} "
-              "GFLOP/s (FMA, BLAS).",
+    lines += [f"From these (best samples, {rates.threads} threads): {_rates_text(rates)}",
               f"Check of the stream model: triad predicted from the read and write costs "
-              f"{meta['triad_predicted_gbps']:.1f} GB/s, measured {meta['triad_measured_gbps']:.1f} GB/s.", ""]
+              f"{meta['triad_predicted_gbps']:.1f} GB/s, measured {meta['triad_measured_gbps']:.1f} GB/s.", "",
+              "The bounds of each workload use the same probes run again in that workload's timing rounds "
+              "(medians), so that other work on the machine slows kernels and ceilings alike.", ""]
     for res in results:
         d = res["dims"]
         where = "in cache (only compute counts)" if res["in_cache"] else "from memory"
@@ -1210,7 +1239,8 @@ def markdown(meta, machine_records, rates, results, drift):
                   f"Θ_R {d['theta_r']}. Step footprint {res['footprint_bytes'] / 2**20:.1f} MiB: {where}. "
                   "Bound: streams at the measured bandwidths, each gathered row at the rate measured for a table "
                   "as large as the pass's gathered tables together; ideal-cache bound: the L3 holds its share of "
-                  "those tables for free, the rest at the rate far beyond the cache.", "",
+                  "those tables for free, the rest at the rate far beyond the cache. Ceilings measured in this "
+                  f"workload's rounds (medians): {_rates_text(res['rates'], res['in_cache'])}", "",
                   "| kernel | measured ms, median (p10-p90) | bound ms | measured/bound | best/bound | bound by "
                   "| stream MB | gathered rows (tables MiB) | GFLOP | ideal-cache bound ms |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
@@ -1243,11 +1273,6 @@ def markdown(meta, machine_records, rates, results, drift):
         step_met = {True: "yes", False: "**no**", None: "—"}[g.get("step_met")]
         lines.append(f"| {res['workload']} | {g['worst_edge_ratio']:.2f} ({g['worst_edge_kernel']}) "
                      f"| {'yes' if g['edge_met'] else '**no**'} | {res['step']['ratio']:.2f} | {step_met} |")
-    lines += ["", "## Drift", "", ctx, "",
-              "Best read bandwidth and 256-byte gather rate (prefetch) at the start and again after each "
-              "workload; the bounds use the start.", "",
-              "| when | read GB/s | 256 B gathers, M rows/s |", "|---|---:|---:|"]
-    lines += [f"| {d['after']} | {d['read_gbps']:.1f} | {d['gather256_mrows']:.1f} |" for d in drift]
     lines += ["", "Model assumptions: the docstring of `bench/roofline.py` and `bench/README.md`.", ""]
     return "\n".join(lines)
 
@@ -1296,15 +1321,12 @@ def main(argv=None):
     machine = Machine(threads, args.size, max(1, min(args.reps, 7)), cache_bytes).measure(log)
     rates = machine.rates()
     results = []
-    drift = []
     with _Threads(threads):
         for name in names:
             log(f"{name}: building and timing ...")
             results.append(time_workload(name, args.size, args.reps, machine, log))
-            drift.append({"after": name, **machine.drift()})
     machine.release()
     load1 = _loadavg()
-    rates = machine.rates()  # with the gathers measured at the workloads' table sizes
 
     triad = machine.find("stream triad", threads)
     n_elem = triad["bytes"] / 12
@@ -1325,14 +1347,9 @@ def main(argv=None):
         "triad_measured_gbps": triad["gbps"],
         "probe_sizes": machine.sizes,
     }
-    start = {"after": "start", "read_gbps": machine.find("stream read", threads)["gbps"],
-             "gather256_mrows": max(r["rows_per_s"] for r in machine.records if r["probe"] == "gather"
-                                    and r["threads"] == threads and r["row_bytes"] == 256) / 1e6}
-    drift = [start, *drift]
-    text = markdown(meta, machine.records, rates, results, drift)
+    text = markdown(meta, machine.records, rates, results)
     out = Path(args.out)
-    raw = {"meta": meta, "machine": machine.records, "rates": asdict(rates), "results": results, "drift": drift,
-           "goals": GOALS}
+    raw = {"meta": meta, "machine": machine.records, "rates": asdict(rates), "results": results, "goals": GOALS}
     atomic_write_text(out / "roofline.json", json.dumps(_jsonable(raw), indent=1))
     atomic_write_text(out / "roofline.md", text)
     print(text)

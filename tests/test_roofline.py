@@ -241,11 +241,21 @@ def test_tiny_end_to_end(tmp_path):
     assert "| **whole fwd+bwd step** |" in md
 
 
-def test_gather_probe_at_a_table_size_runs_once():
+def test_workload_probes_give_the_ceilings_of_their_table_sizes():
     m = roofline.Machine(1, "tiny", 1, 1 << 20)
-    m.gathers_at(200_000)
-    m.gathers_at(200_000)  # already measured: nothing new
-    recs = [r for r in m.records if r["probe"] == "gather"]
-    assert {(r["row_bytes"], r["prefetch"]) for r in recs} == {(64, False), (64, True), (256, False), (256, True)}
-    assert all(r["table_request"] == 200_000 and r["rows_per_s"] > 0 for r in recs)
-    assert all(abs(r["table_bytes"] - 200_000) < 256 for r in recs)
+    assert [tpl["probe"] for tpl, _ in m.workload_probes([4096], in_cache=True)] == ["fma", "mul+add"]
+    probes = m.workload_probes([200_000, 300_000, 200_000], in_cache=False)
+    kinds = [(tpl["probe"], tpl.get("table_request"), tpl.get("row_bytes")) for tpl, _ in probes]
+    assert kinds == [("stream read", None, None), ("stream scale", None, None),
+                     ("gather", 200_000, 64), ("gather", 200_000, 256),
+                     ("gather", 300_000, 64), ("gather", 300_000, 256), ("fma", None, None), ("mul+add", None, None)]
+    records = []
+    for tpl, fn in probes:
+        samples = roofline._samples(fn, 2, warmup=1)
+        records.append(roofline._record(tpl, samples))
+    rates = m.rates(records, median=True)
+    assert set(rates.gather) == {200_000, 300_000}
+    assert all(v > 0 and math.isfinite(v) for g in rates.gather.values() for v in g.values())
+    assert rates.read_bps > 0 and rates.write_bps > 0 and rates.flops_blas > 0 and rates.flops_numba > 0
+    m.release_tables()
+    assert not any(isinstance(k, tuple) and k[1] in (200_000, 300_000) for k in m._arrays)
