@@ -64,7 +64,9 @@ Three parts, all in one process:
      during a pass, the same fraction ``min(1, cache / tables)`` of every
      row of that pass's gathered tables (uniform random rows); that
      fraction of the gathers is free after one compulsory read (counted as
-     a stream), the rest costs the rate measured far beyond the cache.
+     a stream), the rest costs the rate measured far beyond the cache (or
+     the pass's own rate where that measured faster, so this bound never
+     exceeds the main one).
      A lower bound under any cache behaviour, but one a shared cache may
      never let a kernel approach.
    * Memory time = stream time + gather time (both cross the same memory
@@ -991,7 +993,10 @@ def bound(model, rates, in_cache=False, ideal_cache=False):
             resident = min(1.0, rates.cache_bytes / tables) if tables > 0 else 1.0
             # compulsory read of the resident part of each table: once per row, at most what the pass touches
             read_b += sum(min(g.rows * g.row_bytes, g.table_bytes) * resident for g in model.gathers)
-            gather_s = sum(g.rows * (1.0 - resident) * rates.row_seconds(g.row_bytes) for g in model.gathers)
+            # the rest from memory: the far-beyond-cache rate, or the pass's own if that measured faster
+            gather_s = sum(g.rows * (1.0 - resident)
+                           * min(rates.row_seconds(g.row_bytes), rates.row_seconds(g.row_bytes, tables))
+                           for g in model.gathers)
         else:
             gather_s = sum(g.rows * rates.row_seconds(g.row_bytes, tables) for g in model.gathers)
         gather_rows = sum(g.rows * (1.0 - resident) for g in model.gathers)

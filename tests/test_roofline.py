@@ -87,10 +87,12 @@ def test_dense_and_sparse_products_by_hand(dims):
 BIG = float(1 << 30)  # the probe table "far larger than the cache"
 
 
-def _rates(cache_bytes=0.0):
+def _rates(cache_bytes=0.0, small_table=True):
     # gathers cost 1 / 4 ns per 64 / 256-byte row from a 1 KiB table and 10 / 40 ns from the big one
-    return roofline.Rates(read_bps=1e9, write_bps=0.5e9,
-                          gather={1024.0: {64: 1e-9, 256: 4e-9}, BIG: {64: 1e-8, 256: 4e-8}},
+    gather = {BIG: {64: 1e-8, 256: 4e-8}}
+    if small_table:
+        gather[1024.0] = {64: 1e-9, 256: 4e-9}
+    return roofline.Rates(read_bps=1e9, write_bps=0.5e9, gather=gather,
                           flops_numba=1e9, flops_blas=2e9, cache_bytes=cache_bytes, threads=1)
 
 
@@ -123,10 +125,12 @@ def test_bound_from_memory_and_ideal_cache(dims):
     assert b["bound_s"] == pytest.approx(max(b["stream_s"] + b["gather_s"], b["compute_s"]))
     assert b["by"] == "stream"
     # no cache credit: every gather at the far-beyond-cache rate
-    none = roofline.bound(m, _rates(cache_bytes=0.0), ideal_cache=True)
+    none = roofline.bound(m, _rates(cache_bytes=0.0, small_table=False), ideal_cache=True)
     assert none["resident_fraction"] == 0.0 and none["gather_s"] == pytest.approx(6 * 1e-8)
+    # ... unless the rate measured at the pass's own table size is faster: never above the main bound
+    assert roofline.bound(m, _rates(cache_bytes=0.0), ideal_cache=True)["gather_s"] == pytest.approx(6 * 1e-9)
     # an ideal cache of half the table: half the gathers are free after a compulsory read of half of it
-    half = roofline.bound(m, _rates(cache_bytes=48.0), ideal_cache=True)
+    half = roofline.bound(m, _rates(cache_bytes=48.0, small_table=False), ideal_cache=True)
     assert half["resident_fraction"] == 0.5
     assert half["gather_rows"] == pytest.approx(3)
     assert half["gather_s"] == pytest.approx(3 * 1e-8)
@@ -144,7 +148,7 @@ def test_gather_bound_source_pass_tables_share_the_cache(dims):
     m = roofline.k_source(dims).model
     tables = 96 + 96 + 48 + 48
     assert roofline.gathered_tables(m) == tables
-    ideal = roofline.bound(m, _rates(cache_bytes=tables / 4), ideal_cache=True)
+    ideal = roofline.bound(m, _rates(cache_bytes=tables / 4, small_table=False), ideal_cache=True)
     assert ideal["resident_fraction"] == pytest.approx(0.25)
     assert ideal["gather_s"] == pytest.approx(0.75 * 6 * 4 * 1e-8)
     # measured mode: the four tables together (288 B) pick the rate; every row is one line
@@ -259,3 +263,35 @@ def test_workload_probes_give_the_ceilings_of_their_table_sizes():
     assert rates.read_bps > 0 and rates.write_bps > 0 and rates.flops_blas > 0 and rates.flops_numba > 0
     m.release_tables()
     assert not any(isinstance(k, tuple) and k[1] in (200_000, 300_000) for k in m._arrays)
+
+
+def test_flop_probe_computes_its_chains():
+    """The probe's vector code does what the flop count assumes: every chain, every lane, every step."""
+    lanes, chains = roofline.PROBE_LANES, roofline.PROBE_CHAINS
+    seed = np.full((chains + 2) * lanes, 0.5, np.float32)
+    seed[:lanes] = 1.0  # a
+    seed[lanes:2 * lanes] = 1e-3  # b
+    steps = 100
+    fused = roofline._flops_probe(seed, steps, True)  # acc = acc * 1 + b on every chain
+    assert fused == pytest.approx(chains * lanes * (0.5 + steps * 1e-3), rel=1e-5)
+    mixed = roofline._flops_probe(seed, steps, False)  # even chains acc * 1, odd chains acc + b
+    assert mixed == pytest.approx(lanes * (chains // 2 * 0.5 + chains // 2 * (0.5 + steps * 1e-3)), rel=1e-5)
+
+
+def test_stream_and_gather_probes_compute_what_they_time():
+    a = np.arange(1000, dtype=np.float32)
+    sums = np.zeros(roofline.CHUNKS, np.uint64)
+    roofline._read_sum(a.view(np.uint64), sums)
+    assert int(sums.sum(dtype=np.uint64)) == int(a.view(np.uint64).sum(dtype=np.uint64))
+    b = np.zeros_like(a)
+    roofline._scale(a, b, np.float32(2.0), 7)
+    np.testing.assert_array_equal(b, 2 * a)
+    c = np.ones_like(a)
+    roofline._triad(c, a, b, np.float32(0.5), 7)
+    np.testing.assert_array_equal(c, a + 0.5 * b)
+    table = np.arange(40 * 16, dtype=np.float32).reshape(40, 16)
+    idx = np.random.default_rng(0).integers(0, 40, 500)
+    acc = np.zeros((roofline.CHUNKS, 16), np.float32)
+    for prefetch in (False, True):
+        roofline._gather(table, idx, prefetch, acc)
+        np.testing.assert_allclose(acc.sum(axis=0), table[idx].sum(axis=0), rtol=1e-5)
