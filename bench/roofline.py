@@ -47,15 +47,15 @@ Three parts, all in one process:
      it (one ``xl[j]`` per edge in the forward kernel even though steps 1
      and 3 both use it). A row of ``b`` bytes costs ``ceil(b / 64)`` cache
      lines (rows start on line boundaries); the time per row interpolates
-     the measured 64-byte and 256-byte rates linearly in lines, best of
-     with and without prefetch, at ``--threads`` threads, less the time of
-     the probe's own 8-byte index stream (the kernel's index arrays are
+     the measured 64-byte and 256-byte rates linearly in lines (with the
+     kernels' software prefetch, at ``--threads`` threads), less the time
+     of the probe's own 8-byte index stream (the kernel's index arrays are
      counted as streams). The rate is the one measured for a table as
      large as all the tables the pass gathers from together (they share
-     the cache): before timing a workload the gather probe runs again at
-     those sizes. So whatever the cache does for a 51 MB table on this
-     machine (on a shared virtual machine: hardly anything, measured) is
-     in the bound, and a loop that did nothing but the gathers would reach it.
+     the cache), in the workload's own timing rounds. So whatever the
+     cache does for a 51 MB table on this machine (on the shared 2-core
+     virtual machine: hardly anything, measured) is in the bound, and a
+     loop that did nothing but the gathers would reach it.
    * Cache: ``--cache-mb`` (default: the L3 size from sysfs). If
      everything the step touches (the union of all arrays of all kernels)
      fits, the step runs in cache and only compute counts
@@ -1296,7 +1296,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2, help="Numba threads (and BLAS chunks) for the kernels")
     parser.add_argument("--size", choices=workloads.SIZES, default="full")
-    parser.add_argument("--reps", type=int, default=20, help="timed repetitions (median); probes use at most 7")
+    parser.add_argument("--reps", type=int, default=20,
+                        help="timed rounds per workload (median); the machine table at the start uses at most 7")
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS), help="comma-separated names")
     parser.add_argument("--out", default=str(HERE.parent / "runs" / "roofline"))
     parser.add_argument("--cache-mb", type=float, default=None,
