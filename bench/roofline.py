@@ -45,30 +45,32 @@ Three parts, all in one process:
      between the two BLAS products) is free.
    * Gathers: each gathered row is read once per pass per edge that needs
      it (one ``xl[j]`` per edge in the forward kernel even though steps 1
-     and 3 both use it). A row of ``b`` bytes costs ``ceil(b / 64)`` cache
-     lines (rows start on line boundaries); the time per row interpolates
-     the measured 64-byte and 256-byte rates linearly in lines (with the
-     kernels' software prefetch, at ``--threads`` threads), less the time
-     of the probe's own 8-byte index stream (the kernel's index arrays are
-     counted as streams). The rate is the one measured for a table as
-     large as all the tables the pass gathers from together (they share
-     the cache), in the workload's own timing rounds. So whatever the
-     cache does for a 51 MB table on this machine (on the shared 2-core
-     virtual machine: hardly anything, measured) is in the bound, and a
-     loop that did nothing but the gathers would reach it.
+     and 3 both use it; in the source pass ``xr[i]``, ``grad[i]``,
+     ``alpha[e]`` and ``delta[e]``). Their time is what the same gathers
+     alone take on this machine: in the workload's timing rounds a probe
+     steps through uniform random rows of tables shaped like each gathered
+     array of the pass (same row and table sizes), one row of every table
+     per step with the kernels' prefetch, at ``--threads`` threads; the
+     pass costs its steps times the probe's time per step, less the probe's
+     own 8-byte index streams (the kernel's index arrays are counted as
+     streams). So whatever the cache does for a 51 MB table on this machine
+     (on the shared 2-core virtual machine: hardly anything, measured) and
+     however the gathers of several arrays overlap is in the bound, and a
+     loop that did nothing but those gathers would reach it. (Without that
+     probe, as in the unit tests: per row, the 64-byte and 256-byte rates
+     interpolated linearly in cache lines, ``ceil(b / 64)`` for a row of
+     ``b`` bytes, at the nearest measured table size.)
    * Cache: ``--cache-mb`` (default: the L3 size from sysfs). If
      everything the step touches (the union of all arrays of all kernels)
      fits, the step runs in cache and only compute counts
      ("cache-resident data is free").
-   * Ideal-cache bound (a second, stricter column): the cache holds,
-     during a pass, the same fraction ``min(1, cache / tables)`` of every
-     row of that pass's gathered tables (uniform random rows); that
-     fraction of the gathers is free after one compulsory read (counted as
-     a stream), the rest costs the rate measured far beyond the cache (or
-     the pass's own rate where that measured faster, so this bound never
-     exceeds the main one).
-     A lower bound under any cache behaviour, but one a shared cache may
-     never let a kernel approach.
+   * Ideal-cache bound (a second, stricter column): an ideal cache also
+     holds, during a pass, the share ``min(1, cache / tables)`` of every
+     gathered array (uniform random rows); that share of the gathers is
+     free after one compulsory read (counted as a stream), the rest costs
+     what it costs in the main bound. A lower bound whatever the cache
+     does, but one a cache shared with other tenants may never let a
+     kernel approach.
    * Memory time = stream time + gather time (both cross the same memory
      interface); bound = max(memory time, compute time). The step bound is
      the sum of the kernel bounds.
@@ -89,8 +91,8 @@ Three parts, all in one process:
    as ``gatfast/layer.py`` prepares them, and the whole
    ``layer.forward`` + ``layer.backward`` step is timed too. Warm-up, then
    ``--reps`` rounds in which every kernel, the step and every probe the
-   workload's bounds need (read and scale streams, gathers with prefetch
-   at the workload's table sizes, flops) run once each in turn: other work
+   workload's bounds need (read and scale streams, each pass's gathers,
+   flops) run once each in turn: other work
    on a shared machine then slows kernels and ceilings alike, and each
    kernel starts with the cache another kernel left, as in the step.
    Kernels: median and the 10th-90th percentile range. Bounds: from the
@@ -316,6 +318,35 @@ def _gather(table, idx, prefetch, acc):
         _gather_chunk(table, idx[ch * rows // chunks:(ch + 1) * rows // chunks], prefetch, acc[ch])
 
 
+@njit(cache=True)
+def _pass_chunk(tables, idxs, lo, hi, acc):
+    for c in range(acc.size):
+        acc[c] = 0
+    for p in range(lo, hi):
+        if p + PREFETCH_DISTANCE < hi:
+            for k in range(len(tables)):
+                t = tables[k]
+                prefetch_row(t, idxs[k][p + PREFETCH_DISTANCE], t.shape[1] * t.itemsize)
+        for k in range(len(tables)):
+            t = tables[k]
+            j = idxs[k][p]
+            for c in range(t.shape[1]):
+                acc[c] += t[j, c]
+
+
+@njit(parallel=True, cache=True)
+def _pass_gather(tables, idxs, acc):
+    """One step per edge: a random row of every table (``idxs[k][p]``), prefetched as the kernels do.
+
+    The gathers of one pass and nothing else: ``tables`` and ``idxs`` are
+    tuples (one per gathered array of the pass, shaped like it).
+    """
+    steps = idxs[0].size
+    chunks = acc.shape[0]
+    for ch in prange(chunks):
+        _pass_chunk(tables, idxs, ch * steps // chunks, (ch + 1) * steps // chunks, acc[ch])
+
+
 @intrinsic
 def _vector_chains(typingctx, seed, iters, fused):
     """``PROBE_CHAINS`` independent chains of ``PROBE_LANES``-lane float32 vector arithmetic.
@@ -452,6 +483,9 @@ def _record(template, samples):
     if rec["probe"].startswith("stream"):
         rec["gbps"] = rec["bytes"] / best / 1e9
         rec["gbps_median"] = rec["bytes"] / med / 1e9
+    elif rec["probe"] == "pass gathers":
+        rec["s_per_step"] = best / rec["steps"]
+        rec["s_per_step_median"] = med / rec["steps"]
     elif rec["probe"] == "gather":
         rec["rows_per_s"] = rec["rows"] / best
         rec["rows_per_s_median"] = rec["rows"] / med
@@ -553,22 +587,44 @@ class Machine:
             self.records.append(_record(tpl, _samples(fn, self.reps)))
         return self
 
-    def workload_probes(self, table_sizes, in_cache):
+    def _pass_probe(self, gathers):
+        """The gathers of one pass alone: a table shaped like each gathered array, uniform random rows."""
+        key = pass_key(gathers)
+        if ("pass", key) not in self._arrays:
+            rng = np.random.default_rng(len(self._arrays))
+            tables, idxs = [], []
+            for g in gathers:
+                width = max(1, g.row_bytes // 4)
+                rows = max(1, int(g.table_bytes) // (4 * width))
+                tables.append(np.ones((rows, width), np.float32))
+                idxs.append(rng.integers(0, rows, self.sizes["gathers"]))
+            width = max(t.shape[1] for t in tables)
+            self._arrays[("pass", key)] = (tuple(tables), tuple(idxs), np.zeros((CHUNKS, width), np.float32))
+        tables, idxs, acc = self._arrays[("pass", key)]
+        tpl = {"probe": "pass gathers", "threads": self.threads, "key": key, "steps": int(idxs[0].size),
+               "tables": [[g.row_bytes, float(g.table_bytes)] for g in gathers]}
+        return tpl, lambda: _pass_gather(tables, idxs, acc)
+
+    def workload_probes(self, models, in_cache):
         """Probes to run in the same rounds as a workload's kernels (at ``threads``): the ceilings its bounds use.
 
-        Streams (read, scale) and gathers with prefetch at each table size,
-        unless the step runs in cache; flops always (shorter calls).
+        Streams (read, scale) and, per distinct gather pattern of the
+        workload's kernels, its gathers alone, unless the step runs in
+        cache; flops always (shorter calls).
         """
         probes = []
         if not in_cache:
             probes += self._stream_probes(self.threads, ("read", "scale"))
-            for size in sorted(set(int(t) for t in table_sizes)):
-                probes += self._gather_probes(self.threads, size, prefetch=(True,))
+            seen = set()
+            for m in models:
+                if m.gathers and pass_key(m.gathers) not in seen:
+                    seen.add(pass_key(m.gathers))
+                    probes.append(self._pass_probe(m.gathers))
         probes += self._flop_probes(self.sizes["flop_seconds"] / 5)
         return probes
 
     def release_tables(self):
-        """Free the gather tables of workload sizes (the far-beyond-cache one stays)."""
+        """Free the tables of the workload probes (the far-beyond-cache one stays)."""
         keep = ("table", int(self.sizes["array_bytes"]))
         for key in [k for k in self._arrays if isinstance(k, tuple) and k != keep]:
             del self._arrays[key]
@@ -601,6 +657,7 @@ class Rates:
     flops_blas: float  # FMA rate x threads
     cache_bytes: float
     threads: int = 1
+    passes: dict = field(default_factory=dict)  # pass_key -> seconds per step of that pass's gathers alone
 
     @classmethod
     def from_records(cls, records, threads, cache_bytes, median=False):
@@ -627,9 +684,15 @@ class Rates:
             per_row = max(per_row - 8.0 / read, 0.5 * per_row)  # the probe's own index stream
             slot = gather.setdefault(size, {})
             slot[r["row_bytes"]] = min(slot.get(r["row_bytes"], math.inf), per_row)  # best of prefetch or not
+        passes = {}
+        for r in get("pass gathers", threads=t):
+            if r["key"] not in passes:
+                per_step = r["s_per_step" + suffix]
+                # less the probe's own index streams (8 bytes per table and step)
+                passes[r["key"]] = max(per_step - 8.0 * len(r["tables"]) / read, 0.5 * per_step)
         return cls(read, 1.0 / per_written, gather,
                    get("mul+add")[0]["gflops" + suffix] * 1e9 * t, get("fma")[0]["gflops" + suffix] * 1e9 * t,
-                   float(cache_bytes), t)
+                   float(cache_bytes), t, passes)
 
     @property
     def memory_table(self):
@@ -968,16 +1031,22 @@ def gathered_tables(model):
     return float(sum({g.table: g.table_bytes for g in model.gathers}.values()))
 
 
+def pass_key(gathers):
+    """What a pass's gather probe must imitate: the row size and table size of each gathered array."""
+    return ";".join(f"{g.row_bytes}B@{int(g.table_bytes)}" for g in gathers)
+
+
 def bound(model, rates, in_cache=False, ideal_cache=False):
     """Lower bound of one kernel's time from its model and the machine rates (see the module docstring).
 
     ``in_cache``: the whole step fits in the cache, only compute counts.
-    Otherwise streams move at the measured bandwidths and every gathered row
-    costs the measured time per row for a table as large as the pass's
-    gathered tables together. ``ideal_cache``: the optimistic variant that
-    lets an ideal cache hold the share ``cache / tables`` of the tables, whose
-    gathers are then free after one compulsory read, the rest at the rate
-    of the probe far beyond the cache.
+    Otherwise streams move at the measured bandwidths and the gathers take
+    what the probe of this pass's gathers alone took per step (a random row
+    of every gathered array), times the pass's steps; without such a
+    measurement, every row costs the per-row time measured for a table as
+    large as the pass's tables together. ``ideal_cache``: the stricter
+    variant in which an ideal cache also holds the share ``cache / tables``
+    of the tables, whose gathers are then free after one compulsory read.
 
     Returns seconds per component, the bound, the bounding resource and the traffic.
     """
@@ -989,16 +1058,16 @@ def bound(model, rates, in_cache=False, ideal_cache=False):
     else:
         read_b = sum(model.reads.values())
         write_b = sum(model.writes.values())
+        key = pass_key(model.gathers)
+        if model.gathers and key in rates.passes:
+            gather_s = sum(g.rows for g in model.gathers) / len(model.gathers) * rates.passes[key]
+        else:
+            gather_s = sum(g.rows * rates.row_seconds(g.row_bytes, tables) for g in model.gathers)
         if ideal_cache:
             resident = min(1.0, rates.cache_bytes / tables) if tables > 0 else 1.0
             # compulsory read of the resident part of each table: once per row, at most what the pass touches
             read_b += sum(min(g.rows * g.row_bytes, g.table_bytes) * resident for g in model.gathers)
-            # the rest from memory: the far-beyond-cache rate, or the pass's own if that measured faster
-            gather_s = sum(g.rows * (1.0 - resident)
-                           * min(rates.row_seconds(g.row_bytes), rates.row_seconds(g.row_bytes, tables))
-                           for g in model.gathers)
-        else:
-            gather_s = sum(g.rows * rates.row_seconds(g.row_bytes, tables) for g in model.gathers)
+            gather_s *= 1.0 - resident
         gather_rows = sum(g.rows * (1.0 - resident) for g in model.gathers)
     stream_s = read_b / rates.read_bps + write_b / rates.write_bps
     compute_s = model.flops / (rates.flops_blas if model.blas else rates.flops_numba)
@@ -1092,8 +1161,7 @@ def time_workload(name, size, reps, machine, log=print):
     kernels = kernels_for(d, s)
     footprint = step_footprint(kernels)
     in_cache = footprint <= machine.cache_bytes
-    tables = [gathered_tables(k.model) for k in kernels if k.model.gathers]
-    probes = machine.workload_probes(tables, in_cache)
+    probes = machine.workload_probes([k.model for k in kernels], in_cache)
     items = [(k.name, k.run) for k in kernels] + [("step", runner.forward_backward)]
     items += [(f"probe {i}", fn) for i, (_, fn) in enumerate(probes)]
     for _, fn in items:  # warm-up (compilation happened in State already)
@@ -1189,7 +1257,7 @@ def _probe_name(r):
     return f"{r['probe']} float32, {r['lanes']} lanes x {r['chains']} chains ({r['registers']} registers)"
 
 
-def _rates_text(rates, in_cache=False):
+def _rates_text(rates, in_cache=False, per_row=True):
     """One line of the ceilings a set of bounds used (a Rates or its asdict)."""
     r = rates if isinstance(rates, dict) else asdict(rates)
     compute = (f"compute {r['flops_numba'] / 1e9:.0f} GFLOP/s (mul+add, Numba kernels) / "
@@ -1200,8 +1268,13 @@ def _rates_text(rates, in_cache=False):
     for size in sorted(r["gather"], key=float):
         g = r["gather"][size]
         gathers.append(f"{float(size) / 2**20:.0f} MiB table {g[64] * 1e9:.1f} / {g[256] * 1e9:.1f} ns")
-    return (f"read {r['read_bps'] / 1e9:.1f} GB/s, write {r['write_bps'] / 1e9:.1f} GB/s (derived from scale and "
-            f"read); a gathered 64 / 256-byte row: {'; '.join(gathers)}; {compute}.")
+    text = f"read {r['read_bps'] / 1e9:.1f} GB/s, write {r['write_bps'] / 1e9:.1f} GB/s (derived from scale and read); "
+    if per_row:
+        text += f"a gathered 64 / 256-byte row: {'; '.join(gathers)}; "
+    for key, per_step in r.get("passes", {}).items():
+        parts = ", ".join(f"{p.split('@')[0]} rows of {int(p.split('@')[1]) / 2**20:.1f} MiB" for p in key.split(";"))
+        text += f"a pass gathering ({parts}): {per_step * 1e9:.1f} ns per step; "
+    return text + compute + "."
 
 
 def markdown(meta, machine_records, rates, results):
@@ -1242,10 +1315,10 @@ def markdown(meta, machine_records, rates, results):
                   f"{res['description']}: {d['n']:,} nodes, {d['nnz']:,} edges, {d['heads']} x {d['channels']} "
                   f"channels, {d['in_features']} input features{' (sparse)' if d['x_sparse'] else ''}, "
                   f"Θ_R {d['theta_r']}. Step footprint {res['footprint_bytes'] / 2**20:.1f} MiB: {where}. "
-                  "Bound: streams at the measured bandwidths, each gathered row at the rate measured for a table "
-                  "as large as the pass's gathered tables together; ideal-cache bound: the L3 holds its share of "
-                  "those tables for free, the rest at the rate far beyond the cache. Ceilings measured in this "
-                  f"workload's rounds (medians): {_rates_text(res['rates'], res['in_cache'])}", "",
+                  "Bound: streams at the measured bandwidths, gathers at what the same gathers alone took (a probe "
+                  "gathering a random row of every array the pass gathers from, per step); ideal-cache bound: the "
+                  "L3 also holds its share of those arrays, whose gathers are then free. Ceilings measured in this "
+                  f"workload's rounds (medians): {_rates_text(res['rates'], res['in_cache'], per_row=False)}", "",
                   "| kernel | measured ms, median (p10-p90) | bound ms | measured/bound | best/bound | bound by "
                   "| stream MB | gathered rows (tables MiB) | GFLOP | ideal-cache bound ms |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]

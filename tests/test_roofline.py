@@ -245,24 +245,38 @@ def test_tiny_end_to_end(tmp_path):
     assert "| **whole fwd+bwd step** |" in md
 
 
-def test_workload_probes_give_the_ceilings_of_their_table_sizes():
+def test_workload_probes_imitate_each_pass_and_give_its_ceiling(dims):
     m = roofline.Machine(1, "tiny", 1, 1 << 20)
-    assert [tpl["probe"] for tpl, _ in m.workload_probes([4096], in_cache=True)] == ["fma", "mul+add"]
-    probes = m.workload_probes([200_000, 300_000, 200_000], in_cache=False)
-    kinds = [(tpl["probe"], tpl.get("table_request"), tpl.get("row_bytes")) for tpl, _ in probes]
-    assert kinds == [("stream read", None, None), ("stream scale", None, None),
-                     ("gather", 200_000, 64), ("gather", 200_000, 256),
-                     ("gather", 300_000, 64), ("gather", 300_000, 256), ("fma", None, None), ("mul+add", None, None)]
-    records = []
-    for tpl, fn in probes:
-        samples = roofline._samples(fn, 2, warmup=1)
-        records.append(roofline._record(tpl, samples))
+    fwd, src = roofline.k_forward(dims).model, roofline.k_source(dims).model
+    assert [tpl["probe"] for tpl, _ in m.workload_probes([fwd, src], in_cache=True)] == ["fma", "mul+add"]
+    # the target pass gathers like the forward kernel: one probe for both
+    probes = m.workload_probes([fwd, roofline.k_target(dims).model, src], in_cache=False)
+    kinds = [(tpl["probe"], tpl.get("key")) for tpl, _ in probes]
+    assert kinds == [("stream read", None), ("stream scale", None), ("pass gathers", "32B@96"),
+                     ("pass gathers", "32B@96;32B@96;8B@48;8B@48"), ("fma", None), ("mul+add", None)]
+    tables, _, _ = m._arrays[("pass", "32B@96;32B@96;8B@48;8B@48")]
+    assert [t.shape for t in tables] == [(3, 8), (3, 8), (6, 2), (6, 2)]  # shaped like xr, grad, alpha, delta
+    records = [roofline._record(tpl, roofline._samples(fn, 2, warmup=1)) for tpl, fn in probes]
     rates = m.rates(records, median=True)
-    assert set(rates.gather) == {200_000, 300_000}
-    assert all(v > 0 and math.isfinite(v) for g in rates.gather.values() for v in g.values())
+    assert set(rates.passes) == {"32B@96", "32B@96;32B@96;8B@48;8B@48"}
+    assert all(v > 0 and math.isfinite(v) for v in rates.passes.values())
     assert rates.read_bps > 0 and rates.write_bps > 0 and rates.flops_blas > 0 and rates.flops_numba > 0
+    b = roofline.bound(src, rates)
+    assert b["gather_s"] == pytest.approx(6 * rates.passes["32B@96;32B@96;8B@48;8B@48"])  # 6 steps
     m.release_tables()
-    assert not any(isinstance(k, tuple) and k[1] in (200_000, 300_000) for k in m._arrays)
+    assert not any(isinstance(k, tuple) and k[0] == "pass" for k in m._arrays)
+
+
+def test_pass_gather_probe_reads_every_table():
+    a = np.arange(30, dtype=np.float32).reshape(10, 3)
+    b = np.arange(40, dtype=np.float32).reshape(40, 1)
+    rng = np.random.default_rng(1)
+    ia, ib = rng.integers(0, 10, 200), rng.integers(0, 40, 200)
+    acc = np.zeros((roofline.CHUNKS, 3), np.float32)
+    roofline._pass_gather((a, b), (ia, ib), acc)
+    expect = a[ia].sum(axis=0)
+    expect[0] += b[ib, 0].sum()
+    np.testing.assert_allclose(acc.sum(axis=0), expect, rtol=1e-5)
 
 
 def test_flop_probe_computes_its_chains():
