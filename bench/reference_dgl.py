@@ -300,7 +300,7 @@ def agreement(w: Workload, seed=0):
     dgl_side = DglRunner(w, seed)
     errs = {}
     if w.kind == "train":
-        from gatfast.nn import softmax_cross_entropy
+        from gatfast.models import softmax_cross_entropy
 
         model = ref.model
         logits, cache = model.forward(w.graph, w.x, training=False)

@@ -127,13 +127,13 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from gatfast._blas import ONE_BLAS_THREAD
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from gatfast import _validate as V
-from gatfast._blas import ONE_BLAS_THREAD
 from gatfast._io import atomic_write_text
 from gatfast.kernels import (
     csr_dense_matmul2,

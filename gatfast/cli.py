@@ -141,6 +141,10 @@ def build_parser():
                     help="activation inside the attention score (softplus: GAT+)")
     gc.add_argument("--root-weight", choices=["theta_r", "theta_n"], default=None,
                     help="GAT+ root weight instead of self loops in the attention")
+    gc.add_argument("--edge-dim", type=_positive_int, default=None,
+                    help="check edge features too: D random attributes per edge (default: none)")
+    gc.add_argument("--bipartite", action="store_true",
+                    help="check a bipartite layer on a block of --nodes targets reading --nodes + 3 sources")
     gc.add_argument("--seed", type=int, default=0, help="seed of the random graph, features and weights")
     gc.add_argument("--tolerance", type=_positive_float, default=1e-6,
                     help="exit with status 1 if the worst relative error exceeds this")
@@ -240,9 +244,10 @@ def _cmd_gradcheck(args):
         num_nodes=args.nodes, in_features=args.in_features, out_features=args.out_features,
         heads=args.heads, concat=not args.mean, theta_r=args.theta_r, seed=args.seed,
         attention_activation=args.attention_activation, root_weight=args.root_weight,
+        edge_dim=args.edge_dim, bipartite=args.bipartite,
     )
     for name, err in errors.items():
-        print(f"{name:>6s}: relative error {err:.3e}")
+        print(f"{name:>9s}: relative error {err:.3e}")
     worst = max(errors, key=errors.get)
     print(f"worst relative error: {errors[worst]:.3e} ({worst})")
     return 0 if errors[worst] <= args.tolerance else 1

@@ -19,7 +19,7 @@ import pytest
 
 import gatfast
 from gatfast import CSRGraph, GATv2Layer
-from gatfast.nn import softmax_cross_entropy
+from gatfast.models import softmax_cross_entropy
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("dgl")

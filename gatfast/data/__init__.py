@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import GraphDataset, NodeDataset, normalized, row_normalize
+from .datasets import Batch, GraphDataset, NodeDataset, normalized, row_normalize, without_edge_features
 from .karate import load_karate
 from .npz import NpzFile, write_planetoid_npz
 from .planetoid import PLANETOID_KEYS, PLANETOID_X_KEYS, load_planetoid
@@ -22,6 +22,7 @@ from .synthetic import make_csbm, make_traffic_scenes, traffic_target
 from .tu import TU_KEYS, load_tu
 
 __all__ = [
+    "Batch",
     "DATA_DIR",
     "GENERATED",
     "GraphDataset",
@@ -34,6 +35,7 @@ __all__ = [
     "make_traffic_scenes",
     "row_normalize",
     "traffic_target",
+    "without_edge_features",
     "write_planetoid_npz",
 ]
 

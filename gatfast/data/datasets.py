@@ -11,10 +11,47 @@ import scipy.sparse as sp
 from .. import _validate as V
 from ..graph import CSRGraph, batch_graphs
 
-__all__ = ["GRAPH_TASKS", "NODE_TASKS", "GraphDataset", "NodeDataset", "normalized", "row_normalize"]
+__all__ = [
+    "GRAPH_TASKS",
+    "NODE_TASKS",
+    "Batch",
+    "GraphDataset",
+    "NodeDataset",
+    "normalized",
+    "row_normalize",
+    "without_edge_features",
+]
 
 NODE_TASKS = ("node_classification", "node_regression")
 GRAPH_TASKS = ("graph_classification", "node_regression")
+
+
+def _check_edge_attr(edge_attr, graph, name):
+    if edge_attr is None:
+        return None
+    arr = np.asarray(edge_attr)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
+        raise TypeError(f"{name} must be a floating-point array, got dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[0] != graph.nnz:
+        raise ValueError(f"{name} must have shape ({graph.nnz}, D) (one row per edge, CSR order), got {arr.shape}")
+    return arr
+
+
+class Batch(tuple):
+    """A mini-batch of graphs: unpacks as ``(graph, x, graph_ptr, y)``; ``edge_attr`` rides along."""
+
+    def __new__(cls, graph, x, graph_ptr, y, edge_attr=None):
+        batch = super().__new__(cls, (graph, x, graph_ptr, y))
+        batch.edge_attr = edge_attr
+        return batch
+
+    def __reduce__(self):
+        return (Batch, (*self, self.edge_attr))
+
+    graph = property(lambda self: self[0], doc="The block-diagonal graph.")
+    x = property(lambda self: self[1], doc="The stacked node features.")
+    graph_ptr = property(lambda self: self[2], doc="Where each graph's nodes start.")
+    y = property(lambda self: self[3], doc="Labels or targets.")
 
 
 @dataclass(eq=False)
@@ -33,6 +70,8 @@ class NodeDataset:
     num_classes : int
         Number of classes; 0 for regression.
     task : {"node_classification", "node_regression"}
+    edge_attr : ndarray, shape (graph.nnz, D), optional
+        Edge features in the graph's CSR order.
     """
 
     name: str
@@ -44,6 +83,7 @@ class NodeDataset:
     test_mask: np.ndarray
     num_classes: int
     task: str = "node_classification"
+    edge_attr: np.ndarray = None
 
     def __post_init__(self):
         V.check_choice(self.task, "task", NODE_TASKS)
@@ -54,6 +94,7 @@ class NodeDataset:
             raise ValueError(f"x must have shape ({n}, num_features), got {self.x.shape}")
         if len(self.y) != n:
             raise ValueError(f"y must have one entry per node ({n}), got {len(self.y)}")
+        self.edge_attr = _check_edge_attr(self.edge_attr, self.graph, "edge_attr")
         for name in ("train_mask", "val_mask", "test_mask"):
             mask = getattr(self, name)
             if mask.dtype != bool or mask.shape != (n,):
@@ -70,6 +111,11 @@ class NodeDataset:
     def num_features(self):
         """Number of feature columns."""
         return int(self.x.shape[1])
+
+    @property
+    def edge_dim(self):
+        """Number of edge features (None without)."""
+        return None if self.edge_attr is None else int(self.edge_attr.shape[1])
 
     def __repr__(self):
         split = "/".join(str(int(m.sum())) for m in (self.train_mask, self.val_mask, self.test_mask))
@@ -97,6 +143,9 @@ class GraphDataset:
     num_classes : int
         Number of graph classes; 0 for regression.
     task : {"graph_classification", "node_regression"}
+    edge_attrs : list of ndarray, optional
+        ``edge_attrs[g]`` of shape ``(graphs[g].nnz, D)``: edge features in
+        each graph's CSR order (the same ``D`` for all graphs).
     """
 
     name: str
@@ -105,6 +154,7 @@ class GraphDataset:
     y: object
     num_classes: int
     task: str = "graph_classification"
+    edge_attrs: list = None
 
     def __post_init__(self):
         V.check_choice(self.task, "task", GRAPH_TASKS)
@@ -120,6 +170,20 @@ class GraphDataset:
                 raise ValueError(
                     f"y[{g}] must have one row per node ({graph.num_nodes}), got {len(self.y[g])}"
                 )
+        if self.edge_attrs is not None:
+            if len(self.edge_attrs) != len(self.graphs):
+                raise ValueError(f"edge_attrs must have one array per graph ({len(self.graphs)}), "
+                                 f"got {len(self.edge_attrs)}")
+            self.edge_attrs = [_check_edge_attr(a, g, f"edge_attrs[{k}]")
+                               for k, (a, g) in enumerate(zip(self.edge_attrs, self.graphs))]
+            dims = {a.shape[1] for a in self.edge_attrs}
+            if len(dims) > 1:
+                raise ValueError(f"edge_attrs must have the same number of columns in every graph, got {sorted(dims)}")
+
+    @property
+    def edge_dim(self):
+        """Number of edge features (None without)."""
+        return None if not self.edge_attrs else int(self.edge_attrs[0].shape[1])
 
     def __len__(self):
         return len(self.graphs)
@@ -158,13 +222,15 @@ class GraphDataset:
 
         Returns
         -------
-        graph : CSRGraph
-        x : ndarray, shape (total_nodes, num_features)
-        graph_ptr : ndarray of int64, shape (len(indices) + 1,)
-            Nodes of the ``b``-th graph of the batch are ``graph_ptr[b]:graph_ptr[b + 1]``.
-        y : ndarray
-            Graph labels ``y[indices]`` (classification) or the stacked
+        Batch
+            Unpacks as ``graph, x, graph_ptr, y``: the block-diagonal
+            :class:`CSRGraph`; the features, shape (total_nodes,
+            num_features); ``graph_ptr`` (len(indices) + 1,), the nodes of the
+            ``b``-th graph being ``graph_ptr[b]:graph_ptr[b + 1]``; and the
+            graph labels ``y[indices]`` (classification) or the stacked
             per-node targets, shape (total_nodes, num_targets) (regression).
+            ``batch.edge_attr`` holds the edge features in the batched
+            graph's CSR order (None without).
         """
         idx = self._indices(indices)
         graph, graph_ptr = batch_graphs([self.graphs[i] for i in idx])
@@ -173,7 +239,9 @@ class GraphDataset:
             y = np.concatenate([self.y[i] for i in idx], axis=0)
         else:
             y = np.asarray(self.y)[idx]
-        return graph, x, graph_ptr, y
+        # batch_graphs stacks the rows graph after graph, so CSR orders concatenate
+        edge_attr = None if not self.edge_attrs else np.concatenate([self.edge_attrs[i] for i in idx], axis=0)
+        return Batch(graph, x, graph_ptr, y, edge_attr)
 
     def folds(self, k=10, seed=0):
         """Split the graphs into ``k`` folds, stratified by class.
@@ -231,6 +299,13 @@ def row_normalize(x):
     x = np.asarray(x)
     x = x - x.min() if x.size else x.copy()
     return x / np.maximum(x.sum(axis=1, keepdims=True), 1)
+
+
+def without_edge_features(ds):
+    """A copy of ``ds`` without its edge features (``gatfast train --no-edge-features``)."""
+    if isinstance(ds, NodeDataset):
+        return dataclasses.replace(ds, edge_attr=None)
+    return dataclasses.replace(ds, edge_attrs=None)
 
 
 def normalized(ds):

@@ -159,6 +159,9 @@ def make_traffic_scenes(
     :func:`traffic_target`: it needs the neighbours' features, and the
     weights need both endpoints' positions.
 
+    Every edge ``j -> i`` has three features (``edge_attrs``): the distance
+    ``|p_i - p_j|`` and the relative velocity ``v_j - v_i``.
+
     Returns
     -------
     GraphDataset
@@ -172,7 +175,7 @@ def make_traffic_scenes(
     f = V.check_int(num_features, "num_features", minimum=4)
     radius = V.check_float(radius, "radius", 0, low_open=True)
     rng = np.random.default_rng(seed)
-    graphs, xs, ys = [], [], []
+    graphs, xs, ys, attrs = [], [], [], []
     for _ in range(num_graphs):
         n = int(rng.integers(lo, hi + 1))
         pos = rng.random((n, 2))
@@ -185,8 +188,10 @@ def make_traffic_scenes(
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(tgt, minlength=n), out=indptr[1:])
         graphs.append(CSRGraph(indptr, src, n))
+        # edge j -> i: the distance and the velocity of j relative to i (no extra random draws)
+        attrs.append(np.concatenate([d[tgt, src, None], vel[src] - vel[tgt]], axis=1).astype(dtype))
         xs.append(np.concatenate([pos, vel, noise], axis=1).astype(dtype))
         ys.append(traffic_target(pos, vel, radius).astype(dtype))
     return GraphDataset(
-        name="traffic_scenes", graphs=graphs, xs=xs, y=ys, num_classes=0, task="node_regression"
+        name="traffic_scenes", graphs=graphs, xs=xs, y=ys, num_classes=0, task="node_regression", edge_attrs=attrs
     )

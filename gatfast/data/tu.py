@@ -16,12 +16,15 @@ __all__ = ["TU_KEYS", "load_tu"]
 TU_KEYS = ("edge_index", "graph_indicator", "graph_labels")
 
 
-def load_tu(path, dtype=np.float32, normalize_features=False):
+def load_tu(path, dtype=np.float32, normalize_features=False, edge_features=True):
     """Load a TU Dortmund graph-classification dataset (``mutag.npz``).
 
     Node features are the one-hot ``node_labels`` (one column per label
     value ``0..node_labels.max()``); without ``node_labels`` every node gets
-    a single constant feature 1. ``edge_labels`` are not used.
+    a single constant feature 1. With ``edge_features`` (the default) and an
+    ``edge_labels`` entry in the file, every edge gets its label one-hot
+    (MUTAG's bond types: aromatic, single, double, triple) as edge features,
+    in each graph's CSR order (``GraphDataset.edge_attrs``).
     ``normalize_features`` row-normalises each graph's features as PyG's
     ``NormalizeFeatures`` would (a no-op for one-hot rows).
 
@@ -62,16 +65,29 @@ def load_tu(path, dtype=np.float32, normalize_features=False):
         x_all[np.arange(n), node_labels] = 1
     else:
         x_all = np.ones((n, 1), dtype=dtype)
+    onehot = None
+    if edge_features and z.has("edge_labels"):
+        edge_labels = z.ints("edge_labels", (ei.shape[1],), low=0)
+        onehot = np.zeros((ei.shape[1], int(edge_labels.max()) + 1 if edge_labels.size else 1), dtype=dtype)
+        onehot[np.arange(ei.shape[1]), edge_labels] = 1
     node_ptr = np.searchsorted(gi, np.arange(num_graphs + 1))
     edge_graph = gi[ei[1]]
     order = np.argsort(edge_graph, kind="stable")
     edge_ptr = np.searchsorted(edge_graph[order], np.arange(num_graphs + 1))
     ei = ei[:, order]
-    graphs, xs = [], []
+    if onehot is not None:
+        onehot = onehot[order]
+    graphs, xs, attrs = [], [], []
     for g in range(num_graphs):
         lo, hi = node_ptr[g], node_ptr[g + 1]
-        local = ei[:, edge_ptr[g] : edge_ptr[g + 1]] - lo
-        graphs.append(CSRGraph.from_edge_index(local, int(hi - lo)))
+        sl = slice(edge_ptr[g], edge_ptr[g + 1])
+        local = ei[:, sl] - lo
+        if onehot is None:
+            graphs.append(CSRGraph.from_edge_index(local, int(hi - lo)))
+        else:
+            graph, attr = CSRGraph.from_edge_index(local, int(hi - lo), edge_attr=onehot[sl])
+            graphs.append(graph)
+            attrs.append(attr)
         xs.append(x_all[lo:hi].copy())
     ds = GraphDataset(
         name=Path(z.path).stem,
@@ -80,5 +96,6 @@ def load_tu(path, dtype=np.float32, normalize_features=False):
         y=labels,
         num_classes=num_classes,
         task="graph_classification",
+        edge_attrs=attrs if onehot is not None else None,
     )
     return normalized(ds) if normalize_features else ds

@@ -1,6 +1,6 @@
 """Diagnostics: Θ_R gradient flow, finite-difference checks and the packaged experiments."""
 
-from .gradcheck import gradcheck_layer, random_graph
+from .gradcheck import gradcheck_layer, random_block, random_graph
 from .network import flows_from_model_cache, theta_r_flow_network
 from .recorder import ThetaRFlowRecorder
 from .theta_r import CAUSES, ThetaRFlow, structural_zero_causes, theta_r_flow, theta_r_flow_from_cache
@@ -11,6 +11,7 @@ __all__ = [
     "ThetaRFlowRecorder",
     "flows_from_model_cache",
     "gradcheck_layer",
+    "random_block",
     "random_graph",
     "structural_zero_causes",
     "theta_r_flow",

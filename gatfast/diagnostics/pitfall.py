@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _runtime
 from .. import _validate as V
-from ..data import make_traffic_scenes
+from ..data import make_traffic_scenes, without_edge_features
 from ..models import GATv2Network
 from ..optim import make_optimizer
 from ..training import TrainingDiverged, fit
@@ -228,7 +228,7 @@ def run_pitfall(
     t0 = time.perf_counter()
     with _runtime.threads(threads):
         for seed in range(seeds):
-            dataset = make_traffic_scenes(num_graphs=sizes["num_graphs"], seed=seed, dtype=dtype)
+            dataset = without_edge_features(make_traffic_scenes(num_graphs=sizes["num_graphs"], seed=seed, dtype=dtype))
             splits = default_graph_splits(dataset, seed)
             base = pitfall_baselines(dataset, splits)
             for arch in archs:

@@ -68,16 +68,16 @@ class ThetaRFlowRecorder:
 
         def callback(epoch, model, grads, row):
             if "graph" in row:
-                graph, x = row["graph"], row["x"]
+                graph, x, edge_attr = row["graph"], row["x"], row.get("edge_attr")
             elif dataset is not None:
-                graph, x = dataset.graph, dataset.x
+                graph, x, edge_attr = dataset.graph, dataset.x, dataset.edge_attr
             else:
                 raise ValueError("pass the NodeDataset to fit_callback(dataset) for node-level training")
-            self.record(epoch, model, graph, x, grads)
+            self.record(epoch, model, graph, x, grads, edge_attr=edge_attr)
 
         return callback
 
-    def record(self, epoch, model, graph, x, grads=None):
+    def record(self, epoch, model, graph, x, grads=None, edge_attr=None):
         """Diagnose ``model`` on ``(graph, x)`` and append the rows for ``epoch``.
 
         Parameters
@@ -86,15 +86,16 @@ class ThetaRFlowRecorder:
         model : network with ``layers`` (see :func:`theta_r_flow_network`) or a GATv2Layer
         graph, x : the graph and features to diagnose (e.g. the training batch)
         grads : per-layer gradients of this epoch (list of dicts), optional
+        edge_attr : the edge features of ``graph`` (CSR order), for models with ``edge_dim``
 
         Returns
         -------
         list of ThetaRFlow
         """
         if isinstance(model, GATv2Layer):
-            flows = [theta_r_flow(model, graph, x, grads=grads)]
+            flows = [theta_r_flow(model, graph, x, grads=grads, edge_attr=edge_attr)]
         else:
-            flows = theta_r_flow_network(model, graph, x, grads)
+            flows = theta_r_flow_network(model, graph, x, grads, edge_attr=edge_attr)
         for k, flow in enumerate(flows):
             row = {"epoch": int(epoch), "layer": k}
             row.update(flow.summary())

@@ -197,6 +197,10 @@ def theta_r_flow_from_cache(layer, cache, grads=None):
     if not isinstance(cache, LayerCache):
         raise TypeError(f"cache must be the LayerCache returned by forward, got {type(cache).__name__}")
     g = cache.graph
+    weT = None
+    if layer.edge_dim is not None:
+        H, C = layer.heads, layer.out_features
+        weT = np.ascontiguousarray(cache.params["W_e"].reshape(H, C, layer.edge_dim).transpose(0, 2, 1))
     cause = structural_zero_causes(
         g.indptr,
         g.indices,
@@ -205,6 +209,8 @@ def theta_r_flow_from_cache(layer, cache, grads=None):
         cache.params["att"],
         layer.negative_slope,
         layer.attention_activation,
+        cache.inputs.u,
+        weT,
     )
     attention_mask = cause != 0
     if layer.root_weight == "theta_r":

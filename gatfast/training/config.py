@@ -163,7 +163,18 @@ class TrainConfig:
         choices=("theta_r", "theta_n"),
         optional=True,
     )
+    fill_value: str = _opt(
+        "mean",
+        "attributes of the self loops each layer adds, from the node's other in-edges (edge features only)",
+        "model",
+        str,
+        choices=("mean", "add", "max", "min", "mul"),
+    )
     # ------------------------------------------------------------------ data
+    edge_features: bool = _opt(
+        True, "use the dataset's edge features when it has some (MUTAG's bond types, road-scene geometry)",
+        "data", bool,
+    )
     normalize_features: bool = _opt(
         True, "row-normalise node features as PyG's NormalizeFeatures", "data", bool
     )

@@ -35,7 +35,7 @@ def node_targets(y):
 
 
 def eval_nodes(model, ds):
-    logits = finite_output(model.output(ds.graph, ds.x), f"on dataset {ds.name!r}")
+    logits = finite_output(model.output(ds.graph, ds.x, edge_attr=ds.edge_attr), f"on dataset {ds.name!r}")
     metrics = {}
     for split in ("train", "val", "test"):
         mask = getattr(ds, f"{split}_mask")
@@ -57,8 +57,9 @@ def eval_graphs(model, ds, indices, batch_size):
     total_loss, total_correct, total_count = 0.0, 0, 0
     for start in range(0, len(indices), batch_size):
         idx = indices[start : start + batch_size]
-        graph, x, graph_ptr, y = ds.batch(idx)
-        out = model.output(graph, x, graph_ptr if model.readout else None)
+        batch = ds.batch(idx)
+        graph, x, graph_ptr, y = batch
+        out = model.output(graph, x, graph_ptr if model.readout else None, edge_attr=batch.edge_attr)
         finite_output(out, f"on dataset {ds.name!r}")
         if ds.task == "graph_classification":
             loss, _ = softmax_cross_entropy(out, y)
@@ -113,6 +114,11 @@ def check_compatible(model, dataset):
             f"the model predicts {out_features} targets per node but dataset {dataset.name!r} has "
             f"{target_width(dataset)}"
         )
+    edge_dim = model.get_config().get("edge_dim")
+    if edge_dim != dataset.edge_dim:
+        have_edges = "no edge features" if dataset.edge_dim is None else f"{dataset.edge_dim} edge features"
+        want = "no edge features" if edge_dim is None else f"{edge_dim} edge features"
+        raise ValueError(f"the model uses {want} but dataset {dataset.name!r} has {have_edges}")
     graph_level = dataset.task == "graph_classification"
     if graph_level != bool(model.readout):
         raise ValueError(

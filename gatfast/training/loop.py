@@ -183,7 +183,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
                         )
                     else:
                         loss, grads = _node_step(model, dataset, optimizer, rng, config, epoch)
-                        first = {"graph": dataset.graph, "x": dataset.x}
+                        first = {"graph": dataset.graph, "x": dataset.x, "edge_attr": dataset.edge_attr}
                 _check_finite_params(params, epoch)
                 with _divergence(epoch, "an activation inside the model after the update"):
                     metrics = evaluate_splits(model, dataset, splits if graph_level else None)
@@ -222,13 +222,13 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     )
 
 
-def _step(model, optimizer, graph, x, graph_ptr, loss_fn, rng, config, epoch):
+def _step(model, optimizer, graph, x, graph_ptr, edge_attr, loss_fn, rng, config, epoch):
     """Forward in training mode, loss, backward, optional clipping, update.
 
     ``loss_fn(out) -> (loss, grad_out)``. Raises TrainingDiverged before the
     update if the output, the loss or a gradient is not finite.
     """
-    out, cache = model.forward(graph, x, graph_ptr, training=True, rng=rng)
+    out, cache = model.forward(graph, x, graph_ptr, training=True, rng=rng, edge_attr=edge_attr)
     if not all_finite(out):
         raise TrainingDiverged(epoch, "the model output")
     loss, grad = loss_fn(out)
@@ -252,7 +252,7 @@ def _node_step(model, ds, optimizer, rng, config, epoch):
         def loss_fn(out):
             return mse_loss(out, node_targets(ds.y).astype(out.dtype), ds.train_mask)
 
-    return _step(model, optimizer, ds.graph, ds.x, None, loss_fn, rng, config, epoch)
+    return _step(model, optimizer, ds.graph, ds.x, None, ds.edge_attr, loss_fn, rng, config, epoch)
 
 
 def _graph_epoch(model, ds, optimizer, train_idx, rng, config, epoch):
@@ -268,7 +268,8 @@ def _graph_epoch(model, ds, optimizer, train_idx, rng, config, epoch):
     batch_size = config.batch_size
     for start in range(0, len(order), batch_size):
         idx = np.sort(order[start : start + batch_size])
-        graph, x, graph_ptr, y = ds.batch(idx)
+        batch = ds.batch(idx)
+        graph, x, graph_ptr, y = batch
         if ds.task == "graph_classification":
 
             def loss_fn(out, y=y):
@@ -279,10 +280,11 @@ def _graph_epoch(model, ds, optimizer, train_idx, rng, config, epoch):
                 return mse_loss(out, node_targets(y).astype(out.dtype))
 
         loss, grads = _step(
-            model, optimizer, graph, x, graph_ptr if model.readout else None, loss_fn, rng, config, epoch
+            model, optimizer, graph, x, graph_ptr if model.readout else None, batch.edge_attr, loss_fn, rng, config,
+            epoch
         )
         if start == 0:
-            first_grads, first = grads, {"graph": graph, "x": x, "graph_ptr": graph_ptr}
+            first_grads, first = grads, {"graph": graph, "x": x, "graph_ptr": graph_ptr, "edge_attr": batch.edge_attr}
         n = len(idx) if ds.task == "graph_classification" else int(np.size(y))
         total += float(loss) * n
         count += n

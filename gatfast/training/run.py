@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _runtime
 from .._io import atomic_write_text
-from ..data import GENERATED, GraphDataset, NodeDataset, load_dataset
+from ..data import GENERATED, GraphDataset, NodeDataset, load_dataset, without_edge_features
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
 from .checkpoint import save_checkpoint
@@ -79,6 +79,8 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
             config = TrainConfig.preset(preset_for(ds), **options)
         else:
             config = base
+    if not config.edge_features and ds.edge_dim is not None:
+        ds = without_edge_features(ds)
     if config.folds is not None and not (isinstance(ds, GraphDataset) and ds.task == "graph_classification"):
         raise ValueError("folds is only available for graph classification datasets (TU format)")
 
@@ -94,7 +96,8 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     progress = Progress(config.quiet, config.log_every, stream)
     size = f"{ds.num_nodes} nodes" if isinstance(ds, NodeDataset) else f"{len(ds)} graphs"
     in_features = ds.num_features
-    progress.line(f"dataset {ds.name}: {ds.task}, {size}, {in_features} features")
+    edges = f", {ds.edge_dim} edge features" if ds.edge_dim is not None else ""
+    progress.line(f"dataset {ds.name}: {ds.task}, {size}, {in_features} features{edges}")
     recipe = " ".join(f"{k}={v}" for k, v in config.recipe().items())
     progress.line(f"options: {recipe} seed={config.seed}")
     with _runtime.threads(config.threads):
@@ -184,6 +187,8 @@ def build_model(ds, config, seed):
         readout=config.readout,
         dtype=config.numpy_dtype,
         seed=seed,
+        edge_dim=ds.edge_dim,
+        fill_value=config.fill_value,
     )
 
 
