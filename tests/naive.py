@@ -508,3 +508,63 @@ def general_backward(indptr, indices, x_src, x_dst, params, grad_out, heads, con
         grads["u"] = flat @ params["W_e"]
     grads["x_src"], grads["x_dst"] = gx_src, gx_dst
     return grads
+
+
+# ---------------------------------------------------------------------- neighbour sampling
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix(z):
+    """SplitMix64's finaliser of ``z + golden ratio``, on Python ints (an independent reimplementation)."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def keyed_uniform(key, ident, column):
+    """``U(key, ident, column)`` as in gatfast/kernels/random.py."""
+    h = splitmix(key ^ splitmix((ident * 0x100000001B3 + column) & _MASK64))
+    return (h >> 11) / 2.0**53
+
+
+def sample_row(indptr, t, fanout, key):
+    """Floyd's algorithm: ``fanout`` of target ``t``'s in-edge positions, sorted (all if fewer)."""
+    lo, deg = int(indptr[t]), int(indptr[t + 1] - indptr[t])
+    if fanout < 0 or deg <= fanout:
+        return list(range(lo, lo + deg))
+    chosen = []
+    for j in range(deg - fanout, deg):
+        r = min(int(keyed_uniform(key, t, j) * (j + 1)), j)
+        chosen.append(j if r in chosen else r)
+    return [lo + c for c in sorted(chosen)]
+
+
+def sample_blocks(graph, seeds, fanouts, layer_keys):
+    """Plain-Python sampler: ``[(src_ids, rows, edge_ids)]`` per layer, input layer first.
+
+    ``rows[r]`` lists the local source ids of target ``r``; ``layer_keys[l]``
+    is the uint64 key of layer ``l``.
+    """
+    targets = [int(s) for s in seeds]
+    out = []
+    for layer in range(len(fanouts) - 1, -1, -1):
+        src_ids = list(targets)
+        local = {t: k for k, t in enumerate(targets)}
+        rows, edges = [], []
+        for t in targets:
+            picks = sample_row(graph.indptr, t, fanouts[layer], layer_keys[layer])
+            row = []
+            for e in picks:
+                s = int(graph.indices[e])
+                if s not in local:
+                    local[s] = len(src_ids)
+                    src_ids.append(s)
+                row.append(local[s])
+            rows.append(row)
+            edges += picks
+        out.append((src_ids, rows, edges))
+        targets = src_ids
+    return out[::-1]

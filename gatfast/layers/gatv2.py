@@ -19,8 +19,9 @@ from .cache import LayerCache
 from .dense import bias_or_empty, dense_projections, linear, linear_into
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
+from .keys import RandomKeys
 from .params import ParamDict
-from .passes import attention_backward, attention_forward
+from .passes import attention_backward, attention_dropout, attention_forward
 from .workspace import Workspace
 
 __all__ = ["GATv2Layer", "THETA_R_FORMS", "ROOT_WEIGHTS"]
@@ -272,8 +273,10 @@ class GATv2Layer:
             from ``edge_index`` order). Required iff ``edge_dim`` is set.
         training : bool, default False
             Apply attention dropout (when ``dropout > 0``).
-        rng : numpy.random.Generator, optional
+        rng : numpy.random.Generator or RandomKeys, optional
             Source of the dropout mask; defaults to the layer's own generator.
+            With :class:`~gatfast.layers.keys.RandomKeys` each edge's mask is
+            a function of its global id (``rng.for_graph(edge_ids, dst_ids)``).
 
         Returns
         -------
@@ -286,8 +289,8 @@ class GATv2Layer:
         _runtime.ensure_initialised()
         inputs = resolve_inputs(self, graph, x, edge_attr)
         self.params.check_finite()
-        if rng is not None and not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        if rng is not None and not isinstance(rng, (np.random.Generator, RandomKeys)):
+            raise TypeError(f"rng must be a numpy.random.Generator or gatfast RandomKeys, got {type(rng).__name__}")
         with _runtime.blas_single_thread(), _runtime.compile_notice(("forward", self.dtype.char)):
             return self._forward(inputs, bool(training), rng)
 
@@ -324,11 +327,7 @@ class GATv2Layer:
         ws = self._workspace
         xl, xr = self._project(inputs, ws)
         if training and self.dropout > 0.0:
-            gen = self._rng if rng is None else rng
-            draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
-            gen.random(out=draw)  # the same stream as gen.random((nnz, H))
-            edge_scale = ws.empty("edge_scale", (g.nnz, H), dtype)
-            np.multiply(draw >= self.dropout, dtype.type(1.0 / (1.0 - self.dropout)), out=edge_scale)
+            edge_scale = attention_dropout(self, inputs, self._rng if rng is None else rng, ws)
         else:
             edge_scale = np.zeros((0, H), dtype)
         alpha, per_head = attention_forward(self, g, xl, xr, inputs.u, edge_scale, params, ws)

@@ -23,8 +23,26 @@ from ..kernels import (
 )
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
+from .keys import RandomKeys, attention_draws
 
-__all__ = ["attention_backward", "attention_forward"]
+__all__ = ["attention_backward", "attention_dropout", "attention_forward"]
+
+
+def attention_dropout(layer, inputs, rng, ws):
+    """The multipliers ``m_ij / (1 - p)`` (E_att, H) of attention dropout.
+
+    From a numpy Generator the mask is ``rng.random((E, H)) >= p`` (call
+    order); from :class:`RandomKeys` each edge's draws depend on its global id.
+    """
+    g, H, dtype = inputs.attention, layer.heads, layer.dtype
+    if isinstance(rng, RandomKeys):
+        draw = attention_draws(rng, inputs, H)
+    else:
+        draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
+        rng.random(out=draw)  # the same stream as rng.random((nnz, H))
+    edge_scale = ws.empty("edge_scale", (g.nnz, H), dtype)
+    np.multiply(draw >= layer.dropout, dtype.type(1.0 / (1.0 - layer.dropout)), out=edge_scale)
+    return edge_scale
 
 
 def _edge_weights(layer, params):

@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _validate as V
+from ..layers.keys import RandomKeys
 
 __all__ = ["apply_dropout", "dropout_backward", "dropout_mask"]
 
@@ -47,7 +48,20 @@ def dropout_mask(rng, shape, p, dtype):
     return (keep / (1.0 - p)).astype(dtype)
 
 
-def apply_dropout(x, p, rng):
+def _keyed_mask(rng, x, p, row_ids):
+    """Keep-multipliers drawn per (row id, column) from RandomKeys: dense shape of ``x``, or one per stored entry."""
+    n = x.shape[0]
+    rows = np.arange(n, dtype=np.int64) if row_ids is None else np.ascontiguousarray(row_ids, dtype=np.int64)
+    if rows.shape != (n,):
+        raise ValueError(f"row_ids must have one id per row of x ({n}), got shape {rows.shape}")
+    if sp.issparse(x):
+        draws = rng.uniform_entries(np.repeat(rows, np.diff(x.indptr)), x.indices)
+    else:
+        draws = rng.uniform(rows, x.shape[1])
+    return ((draws >= p) / (1.0 - p)).astype(x.dtype)
+
+
+def apply_dropout(x, p, rng, row_ids=None):
     """Inverted dropout on a dense array or on the stored values of a sparse matrix.
 
     Parameters
@@ -57,7 +71,13 @@ def apply_dropout(x, p, rng):
         the same structure whose stored values are masked. (The implicit
         zeros would stay zero under dropout anyway.)
     p : float in [0, 1)
-    rng : numpy.random.Generator
+    rng : numpy.random.Generator or RandomKeys
+        With a Generator the mask follows its stream (call order); with
+        :class:`~gatfast.layers.keys.RandomKeys` each row's mask is a
+        function of its global id (``row_ids``) and the column.
+    row_ids : ndarray of int, optional
+        Global ids of the rows of ``x`` (keyed masks only; default
+        ``0 .. n - 1``).
 
     Returns
     -------
@@ -69,7 +89,9 @@ def apply_dropout(x, p, rng):
         ``(y.nnz,)`` over ``y.data`` for sparse input.
     """
     p = V.check_probability(p)
-    V.check_rng(rng)
+    keyed = isinstance(rng, RandomKeys)
+    if not keyed:
+        V.check_rng(rng)
     if sp.issparse(x):
         if not np.issubdtype(x.dtype, np.floating):
             raise TypeError(f"x must have a floating-point dtype, got {x.dtype}")
@@ -80,15 +102,15 @@ def apply_dropout(x, p, rng):
             raise V.NonFiniteError("x must be finite, but contains NaN or inf")
         if p == 0.0:
             return csr, np.ones(csr.data.shape, csr.dtype)
-        mask = dropout_mask(rng, csr.data.shape, p, csr.dtype)
+        mask = _keyed_mask(rng, csr, p, row_ids) if keyed else dropout_mask(rng, csr.data.shape, p, csr.dtype)
         y = sp.csr_array((csr.data * mask, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
         return y, mask
     x = V.float_array(x, "x")
     if x.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"x must be float32 or float64, got {x.dtype}")
-    mask = dropout_mask(rng, x.shape, p, x.dtype)
     if p == 0.0:
-        return x, mask
+        return x, np.ones(x.shape, x.dtype)
+    mask = _keyed_mask(rng, x, p, row_ids) if keyed else dropout_mask(rng, x.shape, p, x.dtype)
     return x * mask, mask
 
 

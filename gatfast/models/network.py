@@ -261,7 +261,7 @@ class GATv2Network:
         return f"GATv2Network([{body}]{head})"
 
     # ------------------------------------------------------------------ forward / backward
-    def forward(self, graph, x, graph_ptr=None, training=False, rng=None, edge_attr=None):
+    def forward(self, graph, x, graph_ptr=None, training=False, rng=None, edge_attr=None, ids=None):
         """Run the network.
 
         Parameters
@@ -277,14 +277,19 @@ class GATv2Network:
             Required iff ``readout`` is set (see :func:`gatfast.batch_graphs`).
         training : bool, default False
             Apply feature and attention dropout.
-        rng : numpy.random.Generator, optional
-            Source of every dropout mask, drawn in a fixed order (layer by
-            layer: features, then attention; then the head's input). Defaults
-            to the model's own generator. A fresh generator with a fixed seed
-            reproduces all masks.
+        rng : numpy.random.Generator or RandomKeys, optional
+            Source of every dropout mask. A Generator is drawn in a fixed
+            order (layer by layer: features, then attention; then the head's
+            input); it defaults to the model's own generator. With
+            :class:`~gatfast.layers.keys.RandomKeys` every mask is a function
+            of the key and the global id of the node, edge or graph it
+            applies to, so any split of a batch gives the same masks.
         edge_attr : ndarray or list of ndarray, optional
             Edge features in CSR order (required iff ``edge_dim`` is set):
             one array for one graph, one per block for a list of blocks.
+        ids : GraphIds, optional
+            Global ids of each layer's input rows and edges (and of the
+            batch's graphs), for keyed dropout; default their positions.
 
         Returns
         -------
@@ -292,7 +297,8 @@ class GATv2Network:
             (num_dst, out_features), or (num_graphs, out_features) with readout.
         cache : NetworkCache
         """
-        return stack_forward(self, graph, x, graph_ptr, bool(training), self._rng if rng is None else rng, edge_attr)
+        return stack_forward(self, graph, x, graph_ptr, bool(training), self._rng if rng is None else rng, edge_attr,
+                             ids)
 
     __call__ = forward
 

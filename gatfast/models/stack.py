@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _validate as V
+from ..layers.keys import ATTENTION, FEATURES, HEAD, GraphIds, RandomKeys
 from .activations import activation_backward, activation_forward
 from .dropout import apply_dropout
 from .pooling import global_pool, global_pool_backward
@@ -83,14 +84,47 @@ def _checked_input(net, graph, x):
     return V.check_features(x, "x", graph.num_src, net.in_features, net.dtype)
 
 
-def _dropout(h, p, rng):
-    if isinstance(h, tuple):
-        (a, ma), (b, mb) = apply_dropout(h[0], p, rng), apply_dropout(h[1], p, rng)
+def _dropout(h, p, rng, row_ids):
+    if isinstance(h, tuple):  # bipartite input: targets keyed apart from sources, by position
+        (a, ma) = apply_dropout(h[0], p, rng, row_ids)
+        (b, mb) = apply_dropout(h[1], p, rng.child(1) if isinstance(rng, RandomKeys) else rng)
         return (a, b), (ma, mb)
-    return apply_dropout(h, p, rng)
+    return apply_dropout(h, p, rng, row_ids)
 
 
-def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr):
+class _Streams:
+    """Where each dropout draw comes from: a Generator (call order), or keys and global ids."""
+
+    def __init__(self, rng, ids, graphs, num_graphs):
+        self.rng = rng
+        self.keyed = isinstance(rng, RandomKeys)
+        if self.keyed:
+            self.ids = ids if ids is not None else GraphIds.positions(graphs, num_graphs)
+            if len(self.ids.nodes) != len(graphs) or len(self.ids.edges) != len(graphs):
+                raise ValueError(f"ids must give node and edge ids for each of the {len(graphs)} layers")
+        elif ids is not None:
+            raise ValueError("ids are only used with RandomKeys (keyed dropout)")
+        self.graphs = graphs
+
+    def features(self, l):
+        if not self.keyed:
+            return self.rng, None
+        return self.rng.child(FEATURES, l), self.ids.nodes[l]
+
+    def attention(self, l, pair):
+        if not self.keyed:
+            return self.rng
+        g = self.graphs[l]
+        dst = np.arange(g.num_dst, dtype=np.int64) if pair else self.ids.nodes[l][: g.num_dst]
+        return self.rng.child(ATTENTION, l).for_graph(self.ids.edges[l], dst)
+
+    def head(self):
+        if not self.keyed:
+            return self.rng, None
+        return self.rng.child(HEAD), self.ids.graphs
+
+
+def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None):
     """The output and :class:`NetworkCache` of ``net`` (see ``GATv2Network.forward``)."""
     if isinstance(x, list):
         x = tuple(x)
@@ -103,7 +137,9 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr):
         ptr = V.check_graph_ptr(graph_ptr, out_rows)
     elif graph_ptr is not None:
         raise ValueError("graph_ptr must be None for a node-level model (readout=None)")
-    V.check_rng(rng)
+    if not isinstance(rng, RandomKeys):
+        V.check_rng(rng)
+    streams = _Streams(rng, ids, graphs, (ptr.size - 1) if net.readout is not None else None)
     drop = training and net.dropout > 0.0
     dense = tuple(not sp.issparse(a) for a in x) if isinstance(x, tuple) else not sp.issparse(x)
     cache = NetworkCache(dense_input=dense, edge_attr_shared=shared)
@@ -111,8 +147,9 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr):
     for l, layer in enumerate(net.layers):
         mask = None
         if drop:
-            h, mask = _dropout(h, net.dropout, rng)
-        out, lc = layer.forward(graphs[l], h, attrs[l], training=training, rng=rng)
+            h, mask = _dropout(h, net.dropout, *streams.features(l))
+        out, lc = layer.forward(graphs[l], h, attrs[l], training=training,
+                                rng=streams.attention(l, isinstance(h, tuple)))
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):
@@ -125,7 +162,7 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr):
     if net.head is not None:
         h, cache.pool_cache = global_pool(h, ptr, net.readout)
         if drop:
-            h, cache.head_mask = apply_dropout(h, net.dropout, rng)
+            h, cache.head_mask = apply_dropout(h, net.dropout, *streams.head())
         h, cache.head_cache = net.head.forward(h)
     cache.out_shape = h.shape
     return h, cache

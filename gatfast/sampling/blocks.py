@@ -1,0 +1,158 @@
+"""Sampled computation graphs: one bipartite block per layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _runtime
+from .. import _validate as V
+from ..graph import CSRGraph
+from ..kernels.sampling import relabel, sample_in_edges
+from ..layers.keys import SAMPLE, GraphIds
+
+__all__ = ["Block", "SampledBatch", "check_fanouts", "check_seeds", "keyed_permutation", "sample_blocks"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One layer's sampled bipartite graph.
+
+    Attributes
+    ----------
+    graph : CSRGraph
+        ``num_dst x num_src``, CSR by target, local ids; the targets are the
+        first ``num_dst`` sources (so a layer's self loop pairs a node with
+        itself).
+    src_ids : ndarray of int64, shape (num_src,)
+        Global ids of the sources (targets first).
+    edge_ids : ndarray of int64, shape (graph.nnz,)
+        Global ids of the edges: their positions in the full graph's CSR
+        order (``edge_attr[edge_ids]`` are their attributes).
+    """
+
+    graph: CSRGraph
+    src_ids: np.ndarray
+    edge_ids: np.ndarray
+
+    @property
+    def dst_ids(self):
+        """Global ids of the targets."""
+        return self.src_ids[: self.graph.num_dst]
+
+
+@dataclass(frozen=True)
+class SampledBatch:
+    """The blocks of one mini-batch, input layer first, and what they need from the dataset.
+
+    Attributes
+    ----------
+    seeds : ndarray of int64
+        The batch's nodes: the last block's targets, in order.
+    blocks : list of Block
+        ``blocks[l]`` feeds layer ``l``; ``blocks[l].dst_ids`` equal
+        ``blocks[l + 1].src_ids``.
+    """
+
+    seeds: np.ndarray
+    blocks: list
+
+    @property
+    def graphs(self):
+        """The blocks' graphs, for ``GATv2Network.forward``."""
+        return [b.graph for b in self.blocks]
+
+    @property
+    def input_ids(self):
+        """Global ids of the rows the first layer reads (``x[input_ids]``)."""
+        return self.blocks[0].src_ids
+
+    def ids(self):
+        """The :class:`GraphIds` of the batch (keyed dropout)."""
+        return GraphIds([b.src_ids for b in self.blocks], [b.edge_ids for b in self.blocks])
+
+    def edge_attrs(self, edge_attr):
+        """Each block's edge attributes, taken from the full graph's ``edge_attr`` (CSR order)."""
+        return [np.ascontiguousarray(edge_attr[b.edge_ids]) for b in self.blocks]
+
+    @property
+    def num_sampled_edges(self):
+        """Edges over all blocks."""
+        return sum(b.graph.nnz for b in self.blocks)
+
+
+def check_fanouts(fanouts, name="fanouts"):
+    """``fanouts`` as a tuple of ints (>= 1, or -1 for every neighbour), or raise naming it."""
+    if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or len(fanouts) == 0:
+        raise TypeError(f"{name} must be a non-empty sequence of ints (one per layer), got {fanouts!r}")
+    out = []
+    for k, f in enumerate(fanouts):
+        f = V.check_int(f, f"{name}[{k}]", -1)
+        if f == 0:
+            raise ValueError(f"{name}[{k}] must be >= 1 (or -1 for every neighbour), got 0")
+        out.append(f)
+    return tuple(out)
+
+
+def sample_blocks(graph, seeds, fanouts, keys, local=None):
+    """Sample one block per layer around ``seeds``, from the output layer back to the input.
+
+    Parameters
+    ----------
+    graph : CSRGraph
+        The full graph (square), CSR by target.
+    seeds : ndarray of int
+        Distinct node ids: the targets of the last layer.
+    fanouts : sequence of int
+        In-edges kept per target, per layer (input layer first, as
+        ``[10, 10]``); -1 keeps all. Targets with fewer in-edges keep all.
+    keys : RandomKeys
+        The batch's key (e.g. ``RandomKeys(seed, epoch, batch)``); layer
+        ``l`` samples with ``keys.child(SAMPLE, l)``.
+    local : ndarray of int64, optional
+        Scratch of size ``graph.num_nodes`` filled with -1 (reused between
+        batches by :class:`NeighborSampler`).
+
+    Returns
+    -------
+    SampledBatch
+    """
+    fanouts = check_fanouts(fanouts)
+    if local is None:
+        local = np.full(graph.num_nodes, -1, dtype=np.int64)
+    targets = np.ascontiguousarray(seeds, dtype=np.int64)
+    blocks = []
+    for layer in range(len(fanouts) - 1, -1, -1):
+        key = np.uint64(keys.child(SAMPLE, layer).key)
+        parallel = _runtime.use_parallel(targets.size * max(fanouts[layer], 1) * 64)
+        ptr, edges = sample_in_edges(graph.indptr, targets, fanouts[layer], key, parallel)
+        src_ids, local_indices = relabel(targets, graph.indices[edges], local)
+        block = CSRGraph(ptr, local_indices, targets.size, src_ids.size)
+        blocks.append(Block(block, src_ids, edges))
+        targets = src_ids
+    blocks.reverse()
+    return SampledBatch(np.ascontiguousarray(seeds, dtype=np.int64), blocks)
+
+
+def check_seeds(seeds, num_nodes, name="seeds"):
+    """Node ids (or a boolean mask) as distinct int64 ids, or raise naming ``name``."""
+    arr = np.asarray(seeds)
+    if arr.dtype == bool:
+        if arr.shape != (num_nodes,):
+            raise ValueError(f"{name} as a mask must have shape ({num_nodes},), got {arr.shape}")
+        return np.flatnonzero(arr).astype(np.int64)
+    if not np.issubdtype(arr.dtype, np.integer) or arr.ndim != 1:
+        raise TypeError(f"{name} must be a 1-D array of node ids or a boolean mask, got {arr.dtype} {arr.shape}")
+    if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
+        raise ValueError(f"{name} must be node ids in [0, {num_nodes}), got values in [{arr.min()}, {arr.max()}]")
+    if np.unique(arr).size != arr.size:
+        raise ValueError(f"{name} must be distinct node ids")
+    return arr.astype(np.int64)
+
+
+def keyed_permutation(ids, keys):
+    """``ids`` in an order that depends only on ``keys`` and the ids (sorting keyed draws)."""
+    draws = keys.uniform(ids, 1)[:, 0]
+    return ids[np.lexsort((ids, draws))]
+

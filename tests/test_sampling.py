@@ -1,0 +1,147 @@
+"""Neighbour sampling: against the plain-Python sampler, structure, determinism and bad input."""
+
+import naive
+import numba
+import numpy as np
+import pytest
+
+from gatfast import CSRGraph
+from gatfast import _runtime
+from gatfast.layers.keys import SAMPLE, RandomKeys
+from gatfast.sampling import NeighborSampler, sample_blocks
+
+
+def skewed_graph(seed=0, n=400):
+    """Degrees from 0 to ~150 (a few hubs), duplicates and self loops included."""
+    rng = np.random.default_rng(seed)
+    deg = np.minimum(rng.zipf(1.6, n), 150)
+    deg[:5] = 0
+    dst = np.repeat(np.arange(n), deg)
+    src = rng.integers(0, n, dst.size)
+    return CSRGraph.from_edge_index(np.stack([src, dst]), n)
+
+
+@pytest.mark.parametrize("fanouts", [[3], [5, 2], [2, 4, 3], [-1, 5], [25, 25]])
+def test_same_blocks_as_the_plain_python_sampler(fanouts):
+    g = skewed_graph()
+    keys = RandomKeys(7, 2, 5)
+    seeds = np.random.default_rng(1).choice(g.num_nodes, 40, replace=False)
+    batch = sample_blocks(g, seeds, fanouts, keys)
+    want = naive.sample_blocks(g, seeds, fanouts, [keys.child(SAMPLE, l).key for l in range(len(fanouts))])
+    assert len(batch.blocks) == len(want)
+    for block, (src_ids, rows, edges) in zip(batch.blocks, want):
+        assert block.src_ids.tolist() == src_ids
+        assert block.edge_ids.tolist() == edges
+        got_rows = [block.graph.indices[block.graph.indptr[r]:block.graph.indptr[r + 1]].tolist()
+                    for r in range(block.graph.num_dst)]
+        assert got_rows == rows
+
+
+def test_block_structure():
+    g = skewed_graph(1)
+    seeds = np.arange(10, 60)
+    batch = sample_blocks(g, seeds, [4, 6], RandomKeys(0))
+    assert batch.blocks[-1].dst_ids.tolist() == seeds.tolist()
+    for k, block in enumerate(batch.blocks):
+        bg = block.graph
+        n_dst = bg.num_dst
+        # targets first among the sources, all distinct
+        assert np.unique(block.src_ids).size == block.src_ids.size
+        if k + 1 < len(batch.blocks):
+            assert np.array_equal(block.dst_ids, batch.blocks[k + 1].src_ids)
+        # every sampled edge exists: same source and target in the full graph
+        targets = block.dst_ids[bg.targets()]
+        np.testing.assert_array_equal(g.indices[block.edge_ids], block.src_ids[bg.indices])
+        np.testing.assert_array_equal(g.targets()[block.edge_ids], targets)
+        # a target keeps all its in-edges when its degree is at most the fanout, else exactly fanout
+        fanout = [4, 6][k]
+        deg = g.in_degree()[block.dst_ids]
+        np.testing.assert_array_equal(bg.in_degree(), np.minimum(deg, fanout))
+        for r in range(n_dst):
+            picks = block.edge_ids[bg.indptr[r]:bg.indptr[r + 1]]
+            assert np.unique(picks).size == picks.size  # without replacement
+
+
+def test_a_nodes_sample_does_not_depend_on_its_batch():
+    g = skewed_graph(2)
+    keys = RandomKeys(3, 0, 0)
+    a = sample_blocks(g, np.array([20, 21, 22]), [5], keys).blocks[0]
+    b = sample_blocks(g, np.array([99, 21]), [5], keys).blocks[0]
+    picks_a = a.edge_ids[a.graph.indptr[1]:a.graph.indptr[2]]
+    picks_b = b.edge_ids[b.graph.indptr[1]:b.graph.indptr[2]]
+    np.testing.assert_array_equal(picks_a, picks_b)
+
+
+def test_picks_are_uniform():
+    # one node with 20 in-edges, fanout 5: each edge is picked with probability 1/4
+    g = CSRGraph(np.array([0, 20] + [20] * 20), np.arange(1, 21), 21)
+    counts = np.zeros(20)
+    trials = 4000
+    for t in range(trials):
+        block = sample_blocks(g, np.array([0]), [5], RandomKeys(t)).blocks[0]
+        counts[block.edge_ids] += 1
+    expected = trials * 5 / 20
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 45  # 19 degrees of freedom: p < 1e-3 above ~43.8
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 Numba threads")
+def test_independent_of_threads_parallel_driver_and_prefetch(monkeypatch):
+    g = skewed_graph(3, n=3000)
+    seeds = np.arange(0, 3000, 2)
+    results = []
+    for threads, serial_below, prefetch in ((1, 1 << 60, False), (2, 0, True), (2, 0, False)):
+        monkeypatch.setattr(_runtime, "SERIAL_WORK", serial_below)
+        before = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            sampler = NeighborSampler(g, [10, 10], seeds, 256, seed=4, prefetch=prefetch)
+            results.append([[b.edge_ids.copy() for b in batch.blocks] for batch in sampler.epoch(3)])
+        finally:
+            numba.set_num_threads(before)
+    for other in results[1:]:
+        assert len(other) == len(results[0])
+        for x, y in zip(results[0], other):
+            assert all(np.array_equal(a, b) for a, b in zip(x, y))
+
+
+def test_epochs_shuffle_and_cover_every_seed_once():
+    g = skewed_graph(4)
+    seeds = np.arange(100, 300)
+    sampler = NeighborSampler(g, [3], seeds, 64, seed=1)
+    assert len(sampler) == 4
+    orders = []
+    for epoch in (0, 1):
+        got = np.concatenate([b.seeds for b in sampler.epoch(epoch)])
+        assert sorted(got.tolist()) == seeds.tolist()
+        orders.append(got)
+    assert not np.array_equal(orders[0], orders[1])
+    unshuffled = NeighborSampler(g, [3], seeds, 64, shuffle=False)
+    assert np.array_equal(np.concatenate([b.seeds for b in unshuffled.epoch(0)]), seeds)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(fanouts=[]), TypeError, "fanouts must be a non-empty sequence"),
+        (dict(fanouts=[10, 0]), ValueError, r"fanouts\[1\] must be >= 1"),
+        (dict(fanouts=[2.5]), TypeError, r"fanouts\[0\] must be an int"),
+        (dict(fanouts="10,10"), TypeError, "fanouts must be a non-empty sequence"),
+        (dict(batch_size=0), ValueError, "batch_size must be >= 1"),
+        (dict(seeds=np.array([1, 1])), ValueError, "distinct"),
+        (dict(seeds=np.array([-1])), ValueError, r"seeds must be node ids in \[0, 400\)"),
+        (dict(seeds=np.array([1.5])), TypeError, "seeds must be a 1-D array of node ids"),
+        (dict(seeds=np.zeros(0, np.int64)), ValueError, "at least one node"),
+    ],
+)
+def test_bad_input_names_the_argument(kwargs, error, match):
+    args = dict(fanouts=[3, 3], seeds=np.arange(10), batch_size=4)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        NeighborSampler(skewed_graph(), args["fanouts"], args["seeds"], args["batch_size"])
+
+
+def test_bipartite_graphs_are_refused():
+    block = CSRGraph.from_edge_index(np.array([[0, 1], [0, 0]]), size=(3, 2))
+    with pytest.raises(ValueError, match="graph must be square"):
+        NeighborSampler(block, [2], np.arange(2), 1)
