@@ -43,6 +43,11 @@ class ParamDict(dict):
             self[name] = value
         return self[name]
 
+    def __reduce__(self):
+        # dict subclasses unpickle by setting items before restoring attributes,
+        # which __setitem__ cannot check yet: rebuild from shapes, dtype and arrays
+        return (_rebuild, (self._shapes, self._dtype.str, dict(self)))
+
     def __delitem__(self, name):
         raise TypeError("parameters cannot be removed from a layer")
 
@@ -59,3 +64,11 @@ class ParamDict(dict):
     def copy_arrays(self):
         """A plain dict of copies of the arrays."""
         return {k: v.copy() for k, v in self.items()}
+
+
+def _rebuild(shapes, dtype, arrays):
+    """Unpickle a :class:`ParamDict` (every array is checked again on the way in)."""
+    params = ParamDict(shapes, dtype)
+    for name, arr in arrays.items():
+        params[name] = arr
+    return params
