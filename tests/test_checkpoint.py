@@ -141,10 +141,12 @@ def test_written_files_get_normal_permissions(tmp_path, trained):
         os.umask(umask)
 
 
-def test_save_creates_missing_directories(tmp_path, trained):
+def test_save_into_a_missing_directory_is_an_error(tmp_path, trained):
+    # a typo in the directory must not silently create a new tree
     path = tmp_path / "runs" / "a" / "m.npz"
-    save_checkpoint(path, trained)
-    assert load_checkpoint(path)[0].get_config() == trained.get_config()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        save_checkpoint(path, trained)
+    assert os.listdir(tmp_path) == []
 
 
 # ---------------------------------------------------------------------- bad and incompatible files
