@@ -126,6 +126,12 @@ def build_parser():
                         "'karate' or the file still exists)")
     e.add_argument("--metrics-json", metavar="PATH", help="write the metrics as JSON")
     e.add_argument("--threads", type=_positive_int, help="Numba threads")
+    norm = e.add_mutually_exclusive_group()
+    norm.add_argument("--normalize-features", dest="normalize_features", action="store_const", const=True,
+                      default=None, help="row-normalise the features (default: as the checkpoint records; "
+                                         "required when it records nothing)")
+    norm.add_argument("--no-normalize-features", dest="normalize_features", action="store_const", const=False,
+                      help="use the raw features (default: as the checkpoint records)")
 
     gc = sub.add_parser("gradcheck", help="finite-difference check of every gradient on a random graph",
                         description="Compare the closed-form gradients of a float64 layer with central "
@@ -151,7 +157,12 @@ def build_parser():
     ex.add_argument("name", choices=["pitfall"], help="which experiment")
     ex.add_argument("--seeds", type=_positive_int, default=10, help="training runs per variant")
     ex.add_argument("--quick", action="store_true", help="a small, fast version (for smoke tests)")
-    ex.add_argument("--out", default="runs/pitfall", help="directory for the CSV, Markdown table and plot")
+    ex.add_argument("--out", default="runs/pitfall",
+                    help="directory for the CSV, Markdown table and plot (default: runs/pitfall; created if "
+                         "its parent exists)")
+    ex.add_argument("--update-tracked", action="store_true",
+                    help="allow --out to be a directory with files tracked by git (the published results in "
+                         "docs/results/pitfall); refused otherwise")
     ex.add_argument("--threads", type=_positive_int, help="Numba threads")
     return parser
 
@@ -183,15 +194,21 @@ def _cmd_train(args):
 
 def _cmd_evaluate(args):
     from . import _runtime
-    from .data import load_dataset
+    from . import _validate as V
+    from .data import dataset_file, load_dataset
     from .training import evaluate, load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
     source = args.dataset or meta.get("dataset")
     if source is None:
         raise CLIError("the checkpoint does not name its dataset: pass --dataset PATH")
-    opts = dict(dtype=np.dtype(model.get_config()["dtype"]),
-                normalize_features=meta.get("normalize_features", True))
+    try:
+        data_file = dataset_file(source)
+    except (TypeError, ValueError):
+        data_file = None  # reported when loading
+    V.check_output_paths([("--metrics-json", args.metrics_json)],
+                         [("checkpoint", args.checkpoint), ("dataset", data_file)])
+    opts = dict(dtype=np.dtype(model.get_config()["dtype"]), normalize_features=_normalize(args, meta))
     if args.dataset is None:
         try:
             ds = load_dataset(source, **opts)
@@ -209,6 +226,19 @@ def _cmd_evaluate(args):
     if args.metrics_json:
         _write_json(args.metrics_json, metrics)
     return 0
+
+
+def _normalize(args, meta):
+    """Row-normalise for evaluation: the flag, else what the checkpoint records; never a guess."""
+    from .training.checkpoint import recorded_preprocessing
+
+    if args.normalize_features is not None:
+        return args.normalize_features
+    recorded = recorded_preprocessing(meta)
+    if recorded is None or "normalize_features" not in recorded:
+        raise CLIError("the checkpoint does not record how its features were preprocessed (saved without "
+                       "preprocessing=): pass --normalize-features or --no-normalize-features")
+    return recorded["normalize_features"]
 
 
 def _same_source(path, meta):
@@ -252,7 +282,8 @@ def _cmd_experiment(args):
     from .diagnostics.pitfall import run_pitfall
 
     # one thread by default: these graphs are tiny, and parallel launch costs dominate
-    run_pitfall(seeds=args.seeds, quick=args.quick, out_dir=args.out, threads=args.threads or 1)
+    run_pitfall(seeds=args.seeds, quick=args.quick, out_dir=args.out, threads=args.threads or 1,
+                update_tracked=args.update_tracked)
     return 0
 
 

@@ -14,6 +14,7 @@ from gatfast.training import train
 from gatfast.training.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_numba_thread")
+RAW = {"normalize_features": False}
 
 
 @pytest.fixture(scope="module")
@@ -217,11 +218,11 @@ def test_incompatible_checkpoints_raise_clear_errors(tmp_path, trained, change, 
 # ---------------------------------------------------------------------- through the command line
 def test_cli_evaluate_rejects_a_model_that_does_not_fit_the_dataset(tmp_path, capsys):
     path = tmp_path / "m.npz"
-    save_checkpoint(path, GATv2Network(12, 2, 2, seed=0), {"dataset": "karate"})
+    save_checkpoint(path, GATv2Network(12, 2, 2, seed=0), {"dataset": "karate"}, preprocessing=RAW)
     assert main(["evaluate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "expects 12 input features" in err and "34" in err and "Traceback" not in err
-    save_checkpoint(path, GATv2Network(34, 2, 5, seed=0), {"dataset": "karate"})
+    save_checkpoint(path, GATv2Network(34, 2, 5, seed=0), {"dataset": "karate"}, preprocessing=RAW)
     assert main(["evaluate", str(path)]) == 2
     assert "5 classes" in capsys.readouterr().err
 
@@ -234,7 +235,64 @@ def test_cli_evaluate_bad_checkpoint_files(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path / "missing.npz")]) == 2
     assert "checkpoint file not found" in capsys.readouterr().err
     path = tmp_path / "m.npz"
-    save_checkpoint(path, GATv2Network(34, 2, 2, seed=0), {"dataset": str(tmp_path / "moved.npz")})
+    save_checkpoint(path, GATv2Network(34, 2, 2, seed=0), {"dataset": str(tmp_path / "moved.npz")}, preprocessing=RAW)
     assert main(["evaluate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "cannot load the checkpoint's dataset" in err and "--dataset" in err
+
+
+# ---------------------------------------------------------------------- preprocessing is recorded
+def evaluate_json(path, tmp_path, capsys, *flags):
+    out = tmp_path / f"eval{len(flags)}.json"
+    status = main(["evaluate", str(path), "--metrics-json", str(out), *flags])
+    err = capsys.readouterr().err
+    return status, err, (json.loads(out.read_text()) if status == 0 else None)
+
+
+def test_evaluate_uses_the_preprocessing_the_model_was_trained_with(tmp_path, capsys):
+    from gatfast.data import load_dataset
+    from gatfast.training import evaluate
+
+    raw = load_dataset("cora")  # not normalised
+    assert raw.preprocessing == {"normalize_features": False}
+    result = train(raw, epochs=15, hidden=4, heads=2, quiet=True, save=tmp_path / "t.npz")
+    _, meta = load_checkpoint(tmp_path / "t.npz")
+    assert meta["preprocessing"] == {"normalize_features": False}
+    expected = evaluate(result.model, raw)
+    status, err, got = evaluate_json(tmp_path / "t.npz", tmp_path, capsys)
+    assert status == 0, err
+    assert got == {k: expected[k] for k in got} and got["test_accuracy"] == expected["test_accuracy"]
+    # saved by hand: nothing recorded means no guess
+    save_checkpoint(tmp_path / "h.npz", result.model, {"dataset": "cora"})
+    status, err, _ = evaluate_json(tmp_path / "h.npz", tmp_path, capsys)
+    assert status == 2 and "--normalize-features" in err and "--no-normalize-features" in err
+    assert err.count("\n") == 1
+    status, err, got = evaluate_json(tmp_path / "h.npz", tmp_path, capsys, "--no-normalize-features")
+    assert status == 0 and got["test_accuracy"] == expected["test_accuracy"]
+    # or recorded by the caller
+    save_checkpoint(tmp_path / "p.npz", result.model, {"dataset": "cora"},
+                    preprocessing={"normalize_features": False})
+    status, err, got = evaluate_json(tmp_path / "p.npz", tmp_path, capsys)
+    assert status == 0 and got["test_accuracy"] == expected["test_accuracy"]
+
+
+def test_a_hand_built_dataset_records_no_preprocessing(tmp_path):
+    ds = load_karate()
+    ds.preprocessing = None  # as built by hand
+    train(ds, epochs=2, quiet=True, save=tmp_path / "m.npz")
+    _, meta = load_checkpoint(tmp_path / "m.npz")
+    assert "preprocessing" not in meta and "normalize_features" not in meta
+
+
+@pytest.mark.parametrize(
+    "preprocessing, exc, match",
+    [
+        ({"normalise": True}, ValueError, "normalise"),
+        ({"normalize_features": "yes"}, TypeError, "normalize_features"),
+        ([True], TypeError, "preprocessing"),
+    ],
+)
+def test_bad_preprocessing_argument(tmp_path, trained, preprocessing, exc, match):
+    with pytest.raises(exc, match=match):
+        save_checkpoint(tmp_path / "m.npz", trained, preprocessing=preprocessing)
+    assert not (tmp_path / "m.npz").exists()

@@ -33,6 +33,11 @@ class NodeDataset:
     num_classes : int
         Number of classes; 0 for regression.
     task : {"node_classification", "node_regression"}
+    preprocessing : dict or None
+        How ``x`` was derived from the raw data: ``{"normalize_features":
+        bool}`` for the datasets gatfast loads or generates; None (unknown)
+        for one built by hand. A checkpoint records it so that ``gatfast
+        evaluate`` preprocesses the same way.
     """
 
     name: str
@@ -44,6 +49,7 @@ class NodeDataset:
     test_mask: np.ndarray
     num_classes: int
     task: str = "node_classification"
+    preprocessing: dict = None
 
     def __post_init__(self):
         V.check_choice(self.task, "task", NODE_TASKS)
@@ -97,6 +103,8 @@ class GraphDataset:
     num_classes : int
         Number of graph classes; 0 for regression.
     task : {"graph_classification", "node_regression"}
+    preprocessing : dict or None
+        As for :class:`NodeDataset`.
     """
 
     name: str
@@ -105,6 +113,7 @@ class GraphDataset:
     y: object
     num_classes: int
     task: str = "graph_classification"
+    preprocessing: dict = None
 
     def __post_init__(self):
         V.check_choice(self.task, "task", GRAPH_TASKS)
@@ -235,6 +244,7 @@ def row_normalize(x):
 
 def normalized(ds):
     """A copy of ``ds`` with row-normalised features (per graph for GraphDataset)."""
+    done = {**(ds.preprocessing or {}), "normalize_features": True}
     if isinstance(ds, NodeDataset):
-        return dataclasses.replace(ds, x=row_normalize(ds.x))
-    return dataclasses.replace(ds, xs=[row_normalize(x) for x in ds.xs])
+        return dataclasses.replace(ds, x=row_normalize(ds.x), preprocessing=done)
+    return dataclasses.replace(ds, xs=[row_normalize(x) for x in ds.xs], preprocessing=done)

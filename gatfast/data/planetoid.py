@@ -101,4 +101,5 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
         test_mask=masks[2],
         num_classes=int(y.max()) + 1,
         task="node_classification",
+        preprocessing={"normalize_features": bool(normalize_features)},
     )

@@ -80,5 +80,6 @@ def load_tu(path, dtype=np.float32, normalize_features=False):
         y=labels,
         num_classes=num_classes,
         task="graph_classification",
+        preprocessing={"normalize_features": False},
     )
     return normalized(ds) if normalize_features else ds

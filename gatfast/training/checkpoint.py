@@ -6,7 +6,9 @@ A checkpoint is a ``.npz`` file (``numpy.savez``) with these entries:
 * ``version``: integer format version (currently 1);
 * ``config``: a JSON string ``{"model": <GATv2Network.get_config()>, "meta": {...}}``
   where ``meta`` holds what is needed to use the model again (task,
-  number of classes, whether features were row-normalised, metrics...);
+  number of classes, metrics...) and ``meta["preprocessing"]``, when known,
+  how the features were derived from the raw data
+  (``{"normalize_features": bool}``; ``gatfast evaluate`` applies it);
 * ``param/<name>``: one array per model parameter (``layers.0.W_l``, ...).
 
 It loads with ``numpy.load(path, allow_pickle=False)``. Files are written to
@@ -26,22 +28,63 @@ from .._io import atomic_write
 FORMAT = "gatfast-checkpoint"
 VERSION = 1
 
-__all__ = ["save_checkpoint", "load_checkpoint"]
+__all__ = ["PREPROCESSING", "check_preprocessing", "load_checkpoint", "recorded_preprocessing", "save_checkpoint"]
 
 
-def save_checkpoint(path, model, meta=None):
+#: The preprocessing steps a checkpoint can record, with their type.
+PREPROCESSING = {"normalize_features": bool}
+
+
+def check_preprocessing(preprocessing, name="preprocessing"):
+    """``preprocessing`` as a plain dict of known steps, or TypeError/ValueError naming the problem."""
+    if not isinstance(preprocessing, dict):
+        raise TypeError(f"{name} must be a dict such as {{'normalize_features': True}}, "
+                        f"got {type(preprocessing).__name__}")
+    unknown = sorted(set(preprocessing) - set(PREPROCESSING))
+    if unknown:
+        raise ValueError(f"{name} has unknown step(s) {unknown}; known: {sorted(PREPROCESSING)}")
+    for key, kind in PREPROCESSING.items():
+        if key in preprocessing and not isinstance(preprocessing[key], kind):
+            raise TypeError(f"{name}[{key!r}] must be a {kind.__name__}, "
+                            f"got {type(preprocessing[key]).__name__}")
+    return {k: kind(preprocessing[k]) for k, kind in PREPROCESSING.items() if k in preprocessing}
+
+
+def save_checkpoint(path, model, meta=None, *, preprocessing=None):
     """Save ``model`` (a GATv2Network) and ``meta`` (a JSON-able dict) to ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Written atomically; its directory must exist.
+    model : GATv2Network
+    meta : dict, optional
+        JSON-able information stored with the model (``"dataset"``,
+        ``"task"``, ``"metrics"``, ``"splits"``... as :func:`gatfast.train` writes).
+    preprocessing : dict, optional
+        How the features the model was trained on were derived from the raw
+        data, e.g. ``{"normalize_features": False}`` (a dataset's
+        ``preprocessing`` attribute). Stored as ``meta["preprocessing"]``;
+        ``gatfast evaluate`` applies it, and asks for a flag when a
+        checkpoint records none.
 
     Raises
     ------
     ValueError
         If a parameter holds NaN or inf: a diverged model is never saved.
     """
+    meta = dict(meta or {})
+    if preprocessing is not None:
+        if "preprocessing" in meta:
+            raise ValueError("pass preprocessing either as an argument or in meta, not both")
+        meta["preprocessing"] = preprocessing
+    if "preprocessing" in meta:
+        meta["preprocessing"] = check_preprocessing(meta["preprocessing"])
     params = model.parameters()
     for name, arr in params.items():
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"refusing to save a checkpoint: parameter {name!r} contains NaN or inf")
-    config = {"model": model.get_config(), "meta": dict(meta or {})}
+    config = {"model": model.get_config(), "meta": meta}
     arrays = {f"param/{k}": np.asarray(v) for k, v in params.items()}
     arrays["format"] = np.array(FORMAT)
     arrays["version"] = np.array(VERSION)
@@ -111,3 +154,19 @@ def load_checkpoint(path):
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: checkpoint parameters do not match its configuration: {exc}") from exc
     return model, meta
+
+
+def recorded_preprocessing(meta):
+    """The preprocessing a checkpoint's ``meta`` records, or None when it records none.
+
+    Reads ``meta["preprocessing"]``, or the ``meta["normalize_features"]``
+    entry that gatfast 0.2.0's ``gatfast train`` wrote.
+    """
+    if "preprocessing" in meta:
+        try:
+            return check_preprocessing(meta["preprocessing"], "the checkpoint's preprocessing")
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
+    if isinstance(meta.get("normalize_features"), bool):
+        return {"normalize_features": meta["normalize_features"]}
+    return None

@@ -15,8 +15,9 @@ import time
 import numpy as np
 
 from .. import _runtime
+from .. import _validate as V
 from .._io import atomic_write_text
-from ..data import GENERATED, GraphDataset, NodeDataset, load_dataset
+from ..data import GENERATED, GraphDataset, NodeDataset, dataset_file, load_dataset
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
 from .checkpoint import save_checkpoint
@@ -26,7 +27,7 @@ from .loop import TrainResult, fit
 from .progress import Progress
 from .splits import fold_splits
 
-__all__ = ["build_model", "dataset_source", "train"]
+__all__ = ["build_model", "check_outputs", "dataset_source", "train"]
 
 
 def train(dataset="karate", config=None, *, callback=None, stream=None, **options):
@@ -65,6 +66,8 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     """
     if config is not None and not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a gatfast.TrainConfig or None, got {type(config).__name__}")
+    # output paths are run options (presets never set them): check them before anything is loaded
+    diagnose_base = check_outputs((config or TrainConfig()).replace(**options), dataset)
     if isinstance(dataset, (NodeDataset, GraphDataset)):
         ds, source = dataset, dataset.name
         if config is None:
@@ -86,9 +89,7 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     if config.diagnose:
         from ..diagnostics import ThetaRFlowRecorder
 
-        base_path = os.path.splitext(config.save)[0] if config.save else os.path.join("runs", "diagnose")
-        os.makedirs(os.path.dirname(os.path.abspath(base_path)), exist_ok=True)
-        recorder = ThetaRFlowRecorder(base_path + "_diagnostics.csv")
+        recorder = ThetaRFlowRecorder(diagnose_base + "_diagnostics.csv")
         callback = _chain(recorder.fit_callback(), callback)
 
     progress = Progress(config.quiet, config.log_every, stream)
@@ -117,10 +118,11 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
             "dataset": source,
             "task": ds.task,
             "num_classes": int(ds.num_classes),
-            "normalize_features": bool(config.normalize_features),
             "metrics": result.metrics,
             "train_config": config.to_dict(),
         }
+        if ds.preprocessing is not None:  # what was done to the features, not what the config asked
+            meta["preprocessing"] = ds.preprocessing
         if result.splits is not None:  # so that `gatfast evaluate` scores the same graphs
             meta["splits"] = {k: v.tolist() for k, v in result.splits.items()}
         save_checkpoint(config.save, result.model, meta)
@@ -129,6 +131,29 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     if recorder is not None:
         _finish_diagnostics(recorder, progress)
     return result
+
+
+def check_outputs(config, dataset):
+    """Check ``config``'s output paths before a run (see :func:`gatfast._validate.check_output_paths`).
+
+    Returns the base path of the ``diagnose`` files (None without
+    ``diagnose``). Without ``save`` they go to the documented default
+    ``runs/diagnose_diagnostics.csv``, whose directory is created.
+    """
+    inputs = []
+    if not isinstance(dataset, (NodeDataset, GraphDataset)):
+        inputs.append(("dataset", dataset_file(dataset)))
+    outputs = [("save", config.save), ("metrics_json", config.metrics_json)]
+    base = None
+    if config.diagnose:
+        if config.save:
+            base = os.path.splitext(config.save)[0]
+        else:
+            base = os.path.join("runs", "diagnose")
+            V.check_output_dir("diagnose", "runs", create_parents=True)
+        outputs += [("diagnose (CSV)", base + "_diagnostics.csv"), ("diagnose (plot)", base + "_diagnostics.png")]
+    V.check_output_paths(outputs, inputs)
+    return base
 
 
 def _train_folds(ds, config, callback, progress):
