@@ -113,6 +113,10 @@ class StopRequest:
     def __bool__(self):
         return self.signum is not None
 
+    def __call__(self):
+        """The signal's name once one arrived, else None (the ``stop`` protocol of ``gatfast.fit``)."""
+        return self.name
+
     @property
     def name(self):
         """``"SIGINT"``, ``"SIGTERM"`` or None."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 import numpy as np
@@ -187,6 +188,15 @@ def _cmd_train(args):
     result = train(args.dataset, config, **options)
     print("final metrics:")
     _print_metrics(result.metrics)
+    if result.interrupted:  # the first Ctrl-C/SIGTERM: stopped at the end of an epoch, outputs written
+        from ._signals import exit_status
+
+        written = [p for p in (result.config.save, result.config.metrics_json) if p]
+        print(f"gatfast train: interrupted by {result.interrupted} at epoch {len(result.history)}; kept the "
+              f"best parameters (epoch {result.metrics['best_epoch']:g}); "
+              + (f"wrote {' and '.join(written)}" if written else "nothing to write (no --save or --metrics-json)"),
+              file=sys.stderr)
+        return exit_status(getattr(signal, result.interrupted, signal.SIGINT))
     if result.config.save:
         print(f"model saved to {result.config.save}")
     return 0
@@ -297,9 +307,17 @@ def main(argv=None):
 
     try:
         return handlers[args.command](args)
-    except (CLIError, ValueError, OSError, TrainingDiverged) as exc:
-        print(f"gatfast {args.command}: error: {exc}", file=sys.stderr)
+    except (CLIError, ValueError, TypeError, OSError, TrainingDiverged) as exc:
+        message = " ".join(str(exc).split("\n"))  # always one line
+        print(f"gatfast {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C outside training, or a second one during it
+        from ._signals import exit_status
+
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"gatfast {args.command}: aborted by {signal.Signals(signum).name}; files being written were "
+              "left as they were", file=sys.stderr)
+        return exit_status(signum)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,10 @@ class TrainResult:
         splits (of the last fold with k-fold cross-validation).
     config : TrainConfig or None
         The options of the run.
+    interrupted : str or None
+        Why training stopped before its last epoch at a stop request (the
+        signal name, ``"SIGINT"`` or ``"SIGTERM"``, from :func:`gatfast.train`),
+        else None. ``metrics["interrupted"]`` is then True.
     """
 
     model: GATv2Network
@@ -53,6 +57,7 @@ class TrainResult:
     folds: list = field(default_factory=list)
     splits: dict = None
     config: TrainConfig = None
+    interrupted: str = None
 
 
 def _check_finite_grads(grads, epoch):
@@ -112,7 +117,8 @@ def _selection_metrics(metrics):
     return {"val" + k[len("train") :]: v for k, v in metrics.items() if k.startswith("train_")}
 
 
-def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, stream=None, **options):
+def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, stream=None, stop=None,
+        **options):
     """Train ``model`` on ``dataset`` and restore the best validation epoch.
 
     Parameters
@@ -139,6 +145,12 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         gradients of that step (of that batch).
     stream : file object, optional
         Where progress goes (default stdout).
+    stop : callable, optional
+        ``stop()`` is called at the end of every epoch; a true return value
+        (a reason such as ``"SIGINT"``) ends training there, as early
+        stopping does: the best parameters so far are restored and the
+        result has ``interrupted`` set and ``metrics["interrupted"] = True``.
+        :func:`gatfast.train` passes the Ctrl-C/SIGTERM stop request.
     **options
         Fields of :class:`TrainConfig` that replace those of ``config``.
 
@@ -156,13 +168,15 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     config = (config or TrainConfig()).replace(**options)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    if stop is not None and not callable(stop):
+        raise TypeError(f"stop must be callable or None, got {type(stop).__name__}")
     check_compatible(model, dataset)
     _check_finite_inputs(dataset)
     epochs, patience = config.epochs, config.patience
     rng = np.random.default_rng(config.seed)
     params = model.parameters()
     t0 = time.perf_counter()
-    history, best, best_params, best_epoch = [], None, None, 0
+    history, best, best_params, best_epoch, interrupted = [], None, None, 0, None
     best_acc, best_loss, since = -math.inf, math.inf, 0
     graph_level = isinstance(dataset, GraphDataset)
     if graph_level:
@@ -203,12 +217,16 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
                 if sel["val_loss"] <= best_loss:
                     best_loss, improved = sel["val_loss"], True
                 since = 0 if improved else since + 1
-                stop = patience is not None and since >= patience
-                progress.epoch(epoch, stop or epoch == epochs, row)
-                if stop:
+                stop_early = patience is not None and since >= patience
+                progress.epoch(epoch, stop_early or epoch == epochs, row)
+                if stop_early:
                     progress.line(
                         f"early stop at epoch {epoch}: no validation improvement for {patience} epochs"
                     )
+                    break
+                reason = stop() if stop is not None else None
+                if reason:
+                    interrupted = reason if isinstance(reason, str) else "stop"
                     break
         except TrainingDiverged:
             model.load_parameters(best_params if best_params is not None else initial)
@@ -217,8 +235,15 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     model.load_parameters(best_params)
     final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None))
     final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
+    if interrupted:
+        final["interrupted"] = True
     return TrainResult(
-        model=model, metrics=final, history=history, splits=splits if graph_level else None, config=config
+        model=model,
+        metrics=final,
+        history=history,
+        splits=splits if graph_level else None,
+        config=config,
+        interrupted=interrupted,
     )
 
 

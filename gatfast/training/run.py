@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .. import _runtime
+from .. import _runtime, _signals
 from .. import _validate as V
 from .._io import atomic_write_text
 from ..data import GENERATED, GraphDataset, NodeDataset, dataset_file, load_dataset
@@ -57,6 +57,17 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
         With ``folds`` set, ``result.folds`` holds the per-fold metrics and
         ``result.metrics`` their means plus ``test_accuracy_std``.
 
+    Notes
+    -----
+    Output paths (``save``, ``metrics_json``, the ``diagnose`` files) are
+    checked before the dataset is loaded (ValueError naming the option).
+    In the main thread, the first Ctrl-C or SIGTERM stops training at the
+    end of the current epoch, as early stopping would: the best parameters
+    so far are kept, the outputs are written with
+    ``metrics["interrupted"] = True``, and ``result.interrupted`` names the
+    signal. A second one aborts at once (KeyboardInterrupt); files being
+    written are left as they were. The previous handlers are restored.
+
     Examples
     --------
     >>> import gatfast
@@ -98,21 +109,30 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     progress.line(f"dataset {ds.name}: {ds.task}, {size}, {in_features} features")
     recipe = " ".join(f"{k}={v}" for k, v in config.recipe().items())
     progress.line(f"options: {recipe} seed={config.seed}")
-    with _runtime.threads(config.threads):
+    # Ctrl-C / SIGTERM: the first stops training at the end of the epoch (the
+    # outputs are still written), a second one aborts at once (gatfast._signals)
+    with _signals.deferred_interrupts() as request, _runtime.threads(config.threads):
         if config.folds is not None:
-            result = _train_folds(ds, config, callback, progress)
+            result = _train_folds(ds, config, callback, progress, request)
         else:
             model = build_model(ds, config, config.seed)
-            opt = make_optimizer(
-                config.optimizer,
-                model.parameters(),
-                config.lr,
-                config.weight_decay,
-                config.momentum,
-                config.nesterov,
-            )
-            result = fit(model, ds, opt, config, callback=callback, stream=stream)
-    result.config = config
+            opt = _optimizer(model, config)
+            result = fit(model, ds, opt, config, callback=callback, stream=stream, stop=request)
+        result.config = config
+        _write_outputs(result, ds, source, config)
+    if recorder is not None:
+        _finish_diagnostics(recorder, progress)
+    return result
+
+
+def _optimizer(model, config):
+    return make_optimizer(
+        config.optimizer, model.parameters(), config.lr, config.weight_decay, config.momentum, config.nesterov
+    )
+
+
+def _write_outputs(result, ds, source, config):
+    """The checkpoint (``save``) and the metrics (``metrics_json``) of a finished or stopped run."""
     if config.save is not None:
         meta = {
             "dataset": source,
@@ -128,9 +148,6 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
         save_checkpoint(config.save, result.model, meta)
     if config.metrics_json is not None:
         atomic_write_text(config.metrics_json, json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
-    if recorder is not None:
-        _finish_diagnostics(recorder, progress)
-    return result
 
 
 def check_outputs(config, dataset):
@@ -156,37 +173,36 @@ def check_outputs(config, dataset):
     return base
 
 
-def _train_folds(ds, config, callback, progress):
+def _train_folds(ds, config, callback, progress, stop):
+    """k-fold cross-validation; a stop request ends the current fold and skips the rest."""
     fold_metrics, result = [], None
     t0 = time.perf_counter()
     for k, split in enumerate(fold_splits(ds, config.folds, config.seed)):
         model = build_model(ds, config, config.seed + k)
-        opt = make_optimizer(
-            config.optimizer,
-            model.parameters(),
-            config.lr,
-            config.weight_decay,
-            config.momentum,
-            config.nesterov,
-        )
         result = fit(
-            model, ds, opt, config, splits=split, callback=callback, seed=config.seed + k, quiet=True
+            model, ds, _optimizer(model, config), config, splits=split, callback=callback,
+            seed=config.seed + k, quiet=True, stop=stop,
         )
-        fold_metrics.append(result.metrics)
+        fold_metrics.append({k: v for k, v in result.metrics.items() if k != "interrupted"})
         progress.line(
             f"fold {k + 1}/{config.folds}: test accuracy {result.metrics['test_accuracy']:.4f} "
             f"(best epoch {result.metrics['best_epoch']})"
         )
+        if result.interrupted:
+            break
     metrics = {}
     for key in fold_metrics[0]:
         values = np.array([m[key] for m in fold_metrics], dtype=float)
         metrics[key] = float(values.mean())
         if key.endswith("_accuracy") or key.endswith("_loss"):
             metrics[f"{key}_std"] = float(values.std())
-    metrics["folds"] = config.folds
+    metrics["folds"] = len(fold_metrics)  # fewer than config.folds when interrupted
     metrics["seconds"] = time.perf_counter() - t0
+    if result.interrupted:
+        metrics["interrupted"] = True
     return TrainResult(
-        model=result.model, metrics=metrics, history=result.history, folds=fold_metrics, splits=result.splits
+        model=result.model, metrics=metrics, history=result.history, folds=fold_metrics, splits=result.splits,
+        interrupted=result.interrupted,
     )
 
 
