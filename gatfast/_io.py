@@ -23,7 +23,7 @@ import stat
 import subprocess
 import tempfile
 
-from . import _signals
+from ._signals import cleanup_on_termination
 
 __all__ = [
     "TEMP_PATTERN",
@@ -120,7 +120,7 @@ def atomic_write(path, write, text=False):
         raise FileNotFoundError(f"cannot write {path}: directory {directory} {what}")
     remove_stale_temp_files(directory, name)
     tmp = None
-    with _signals.cleanup_on_termination():
+    with cleanup_on_termination():
         try:
             fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(name, os.getpid()), dir=directory)
             opened = os.fdopen(fd, "w", newline="", encoding="utf-8") if text else os.fdopen(fd, "wb")

@@ -313,3 +313,54 @@ def check_output_dir(name, path, create_parents=False):
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {path!r} is not writable")
     return created
+
+
+# ---------------------------------------------------------------------- network sizes
+#: Largest network gatfast builds (the caps of ``TrainConfig`` for the layer
+#: count, heads and channels), checked before anything is allocated.
+MAX_LAYERS = 64
+MAX_HEADS = 1024
+MAX_CHANNELS = 65536
+MAX_IN_FEATURES = 2**24
+#: Most weights (the ``W_l``/``W_r`` projections, which dominate) a network may hold:
+#: 2**28 is 1 GiB in float32, 2 GiB in float64, before gradients and optimizer state.
+MAX_WEIGHTS = 2**28
+
+
+def check_network_size(in_features, hidden_features, out_features, num_layers, heads, out_heads, readout=None):
+    """Refuse network sizes that would allocate absurd amounts of memory, before building anything.
+
+    Each size must be an int within its documented cap (:data:`MAX_LAYERS`,
+    :data:`MAX_HEADS`, :data:`MAX_CHANNELS`, :data:`MAX_IN_FEATURES`), and
+    the projection weights, ``2 · Σ_layers width_out · width_in``, must not
+    exceed :data:`MAX_WEIGHTS`.
+
+    Returns
+    -------
+    int
+        That weight count.
+    """
+    num_layers = check_int(num_layers, "num_layers", 1)
+    for name, value, cap in (
+        ("num_layers", num_layers, MAX_LAYERS),
+        ("in_features", in_features, MAX_IN_FEATURES),
+        ("hidden_features", hidden_features, MAX_CHANNELS),
+        ("out_features", out_features, MAX_CHANNELS),
+        ("heads", heads, MAX_HEADS),
+        ("out_heads", out_heads, MAX_HEADS),
+    ):
+        value = check_int(value, name, 1)
+        if value > cap:
+            raise ValueError(f"{name} must be <= {cap} (gatfast's limit on network sizes), got {value}")
+    width = heads * hidden_features
+    widths = [in_features] + [width] * num_layers
+    outs = [width] * num_layers
+    if readout is None:
+        outs[-1] = out_heads * out_features
+    weights = sum(2 * o * i for o, i in zip(outs, widths)) + (width * out_features if readout else 0)
+    if weights > MAX_WEIGHTS:
+        raise ValueError(
+            f"the network would hold about {weights:,} weights, above gatfast's limit of {MAX_WEIGHTS:,}: "
+            "reduce hidden_features, heads, num_layers or the number of input features"
+        )
+    return weights

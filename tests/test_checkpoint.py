@@ -154,19 +154,19 @@ def test_save_into_a_missing_directory_is_an_error(tmp_path, trained):
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint file not found"):
         load_checkpoint(tmp_path / "nope.npz")
-    with pytest.raises(FileNotFoundError, match="checkpoint file not found"):
-        load_checkpoint(tmp_path)  # a directory
+    with pytest.raises(ValueError, match="is a directory"):
+        load_checkpoint(tmp_path)
 
 
 def test_random_bytes_and_plain_npy(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(np.random.default_rng(0).bytes(500))
-    with pytest.raises(ValueError, match="not a gatfast checkpoint"):
+    with pytest.raises(ValueError, match="is not an .npz archive"):
         load_checkpoint(junk)
     npy = tmp_path / "array.npz"
     with open(npy, "wb") as fh:
         np.save(fh, np.zeros(3))
-    with pytest.raises(ValueError, match="not a gatfast checkpoint"):
+    with pytest.raises(ValueError, match="holds a single .npy array, not an .npz archive"):
         load_checkpoint(npy)
     other = tmp_path / "other.npz"
     np.savez(other, y=np.arange(3))
@@ -178,7 +178,7 @@ def test_pickled_entry_is_refused(tmp_path, trained):
     path = tmp_path / "m.npz"
     save_checkpoint(path, trained)
     bad = rewrite(path, tmp_path / "bad.npz", lambda a: a.update(config=np.array([{"x": 1}], dtype=object)))
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="member 'config' holds pickled Python objects"):
         load_checkpoint(bad)
 
 
@@ -231,7 +231,7 @@ def test_cli_evaluate_bad_checkpoint_files(tmp_path, capsys):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip at all")
     assert main(["evaluate", str(junk)]) == 2
-    assert "not a gatfast checkpoint" in capsys.readouterr().err
+    assert "is not an .npz archive" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "missing.npz")]) == 2
     assert "checkpoint file not found" in capsys.readouterr().err
     path = tmp_path / "m.npz"

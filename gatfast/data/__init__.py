@@ -77,12 +77,13 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
         ds = make(dtype=dtype, **{"seed": 0, **kwargs})
         return normalized(ds) if normalize_features else ds
     path = dataset_file(text)
-    keys = set(NpzFile(path).arrays)
+    z = NpzFile(path)  # read once, handed to the loader
+    keys = set(z.arrays)
     opts = dict(dtype=dtype, normalize_features=normalize_features, **kwargs)
     if set(PLANETOID_KEYS) <= keys:
-        return load_planetoid(path, **opts)
+        return load_planetoid(z, **opts)
     if "graph_indicator" in keys:
-        return load_tu(path, **opts)
+        return load_tu(z, **opts)
     raise ValueError(
         f"{path}: unknown dataset format; expected Planetoid keys {list(PLANETOID_KEYS)} "
         f"(+ {list(PLANETOID_X_KEYS)}) or TU keys {list(TU_KEYS)}, found {sorted(keys)}"

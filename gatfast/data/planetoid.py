@@ -46,8 +46,9 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
 
     Parameters
     ----------
-    path : str or path-like
-        A ``.npz`` file in the Planetoid format of ``docs/DATA.md``.
+    path : str, path-like or NpzFile
+        A ``.npz`` file in the Planetoid format of ``docs/DATA.md`` (or one
+        already opened with :class:`~gatfast.data.npz.NpzFile`).
     dtype : numpy.float32 or numpy.float64, default float32
     normalize_features : bool, default False
         Row-normalise as PyG's ``NormalizeFeatures`` (see

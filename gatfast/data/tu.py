@@ -21,9 +21,11 @@ def load_tu(path, dtype=np.float32, normalize_features=False):
 
     Node features are the one-hot ``node_labels`` (one column per label
     value ``0..node_labels.max()``); without ``node_labels`` every node gets
-    a single constant feature 1. ``edge_labels`` are not used.
-    ``normalize_features`` row-normalises each graph's features as PyG's
-    ``NormalizeFeatures`` would (a no-op for one-hot rows).
+    a single constant feature 1. ``edge_labels`` are not used. ``path`` is
+    a ``.npz`` file or one already opened with
+    :class:`~gatfast.data.npz.NpzFile`. ``normalize_features``
+    row-normalises each graph's features as PyG's ``NormalizeFeatures``
+    would (a no-op for one-hot rows).
 
     Returns
     -------

@@ -14,9 +14,10 @@ import time
 
 import numpy as np
 
-from .. import _runtime, _signals
+from .. import _runtime
 from .. import _validate as V
 from .._io import atomic_write_text
+from .._signals import deferred_interrupts
 from ..data import GENERATED, GraphDataset, NodeDataset, dataset_file, load_dataset
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
@@ -111,7 +112,7 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     progress.line(f"options: {recipe} seed={config.seed}")
     # Ctrl-C / SIGTERM: the first stops training at the end of the epoch (the
     # outputs are still written), a second one aborts at once (gatfast._signals)
-    with _signals.deferred_interrupts() as request, _runtime.threads(config.threads):
+    with deferred_interrupts() as request, _runtime.threads(config.threads):
         if config.folds is not None:
             result = _train_folds(ds, config, callback, progress, request)
         else:
@@ -209,6 +210,8 @@ def _train_folds(ds, config, callback, progress, stop):
 def build_model(ds, config, seed):
     """The :class:`GATv2Network` that ``config`` describes, sized for dataset ``ds``."""
     out_features = ds.num_classes if ds.num_classes else target_width(ds)
+    V.check_network_size(ds.num_features, config.hidden, out_features, config.layers, config.heads,
+                         config.out_heads, config.readout)
     return GATv2Network(
         ds.num_features,
         config.hidden,
