@@ -83,7 +83,9 @@ def check_dense(value, name, shape, dtype):
 
     ``shape`` entries of ``None`` match any size. A float array of another
     precision is converted (a copy); non-float data raises TypeError and
-    NaN/inf raises ValueError. The input is never modified.
+    NaN/inf raises ValueError, checked after the conversion (a float64
+    value too large for float32 is refused, not turned into inf). The input
+    is never modified.
     """
     if sp.issparse(value):
         raise TypeError(f"{name} must be a dense array, got a scipy.sparse {type(value).__name__}")
@@ -94,9 +96,31 @@ def check_dense(value, name, shape, dtype):
     if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
         want = str(tuple("*" if s is None else s for s in shape)).replace("'", "")
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
-    if not all_finite(arr):
-        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return _finite_cast(arr, name, dtype)
+
+
+def _finite_cast(arr, name, dtype):
+    """``arr`` as C-contiguous ``dtype``, checked for NaN/inf *after* the cast.
+
+    A float64 value beyond float32's range (|x| > 3.4e38) would become inf
+    in the cast; checking only the input would let it through.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(arr, dtype=dtype)
+    _check_cast_values(out, arr, name, dtype)
+    return out
+
+
+def _check_cast_values(out, arr, name, dtype):
+    if all_finite(out):
+        return
+    if out.dtype != arr.dtype and all_finite(arr):
+        big = np.finfo(dtype).max
+        raise NonFiniteError(
+            f"{name} has values outside the range of {np.dtype(dtype).name} (|x| > {big:.4g}), which "
+            f"would become inf; scale the data or use float64"
+        )
+    raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
 
 
 def check_features(x, name, num_nodes, num_features, dtype):
@@ -108,9 +132,10 @@ def check_features(x, name, num_nodes, num_features, dtype):
                 f"{name} must have shape ({num_nodes}, {num_features}) "
                 f"(num_nodes, in_features), got {x.shape}"
             )
-        csr = sp.csr_array(x, dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            csr = sp.csr_array(x, dtype=dtype)
         if not all_finite(csr.data):
-            raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
+            _check_cast_values(csr.data, sp.csr_array(x).data, name, dtype)
         return csr
     arr = np.asarray(x)
     if arr.dtype == object:
@@ -126,9 +151,7 @@ def check_features(x, name, num_nodes, num_features, dtype):
         raise ValueError(
             f"{name} must have in_features = {num_features} columns, got {arr.shape[1]}"
         )
-    if not all_finite(arr):
-        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return _finite_cast(arr, name, dtype)
 
 
 def as_graph(graph, name="graph"):

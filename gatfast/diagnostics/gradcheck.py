@@ -70,7 +70,7 @@ def gradcheck_layer(
     grads = layer.backward(cache, R, theta_r=theta_r)
     errors = {}
     for name in [*layer.params, "x"]:
-        base = x if name == "x" else layer.params[name]
+        base = x if name == "x" else layer.params[name].copy()  # assignment copies into the stored array
         numeric = np.zeros_like(base)
         for idx in np.ndindex(base.shape):
             plus, minus = base.copy(), base.copy()

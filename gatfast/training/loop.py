@@ -20,7 +20,7 @@ from .evaluation import check_compatible, evaluate_splits, node_targets, task_me
 from .progress import Progress
 from .splits import check_splits, default_graph_splits
 
-__all__ = ["TrainResult", "fit"]
+__all__ = ["BLOWUP_FACTOR", "TrainResult", "blown_up", "constant_loss", "fit"]
 
 
 @dataclass
@@ -101,6 +101,56 @@ def _check_finite_inputs(ds):
             raise ValueError(f"the targets of dataset {ds.name!r} must be finite, but contain NaN or inf")
 
 
+#: A training loss above this multiple of its reference means training blew up (see :func:`blown_up`).
+BLOWUP_FACTOR = 1e4
+
+
+def blown_up(loss, first, constant):
+    """Whether a training loss shows that training blew up.
+
+    The reference is the larger of the first epoch's training loss and the
+    loss of the best constant prediction (``log(num_classes)`` for
+    classification, the variance of the training targets for regression),
+    so that a good first epoch does not make the bound tiny. Training blew
+    up when a loss exceeds :data:`BLOWUP_FACTOR` times that reference (or is
+    NaN). Gradient descent at a sane learning rate lowers the loss; a loss
+    ten thousand times that of predicting a constant means the parameters
+    have run away (``--lr 1e6`` on karate reaches 3.7e11 without a NaN).
+    """
+    reference = max(first, constant)
+    return not loss <= BLOWUP_FACTOR * reference if reference > 0 else not loss == loss
+
+
+def constant_loss(ds, train_targets):
+    """The training loss of the best constant prediction: ``log(C)``, or the targets' variance."""
+    if ds.num_classes:
+        return math.log(max(int(ds.num_classes), 2))
+    y = np.asarray(train_targets, dtype=np.float64)
+    return float(np.mean((y - y.mean(axis=0)) ** 2)) if y.size else 0.0
+
+
+def _check_classes(ds, splits):
+    """Classification needs two classes among the training labels."""
+    if not ds.task.endswith("classification"):
+        return
+    labels = np.asarray(ds.y)[splits["train"] if splits is not None else ds.train_mask]
+    classes = np.unique(labels)
+    if ds.num_classes < 2 or classes.size < 2:
+        found = f"({classes[0]})" if classes.size else "(none)"
+        raise ValueError(
+            f"dataset {ds.name!r} has a single class {found} among its training labels "
+            f"(num_classes={ds.num_classes}): classification needs at least two"
+        )
+
+
+def _training_targets(ds, splits):
+    if ds.num_classes:
+        return None
+    if splits is None:
+        return node_targets(ds.y)[ds.train_mask]
+    return ds.batch(np.asarray(splits["train"]))[3]
+
+
 def _better(metrics, best):
     """Model selection: highest validation accuracy (lowest loss breaks ties), or lowest loss."""
     if best is None:
@@ -162,8 +212,11 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     ------
     TrainingDiverged
         When the loss, a gradient, a parameter or an activation becomes
-        NaN/inf (the message names the epoch); the model is left with the
-        best parameters found before (its initial ones if that was epoch 1).
+        NaN/inf, or the training loss blows up (:func:`blown_up`); the
+        message names the epoch, and the model is left with the best
+        parameters found before (its initial ones if that was epoch 1).
+    ValueError
+        Classification data with fewer than two classes among its training labels.
     """
     config = (config or TrainConfig()).replace(**options)
     if callback is not None and not callable(callback):
@@ -183,6 +236,9 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         if splits is None:
             splits = default_graph_splits(dataset, config.seed)
         splits = check_splits(dataset, splits)
+    _check_classes(dataset, splits if graph_level else None)
+    constant = constant_loss(dataset, _training_targets(dataset, splits if graph_level else None))
+    first_loss = None
 
     # the model never ends up with non-finite parameters: on divergence it
     # gets the best parameters so far (its initial ones before any epoch)
@@ -201,6 +257,15 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
                 _check_finite_params(params, epoch)
                 with _divergence(epoch, "an activation inside the model after the update"):
                     metrics = evaluate_splits(model, dataset, splits if graph_level else None)
+                first_loss = loss if first_loss is None else first_loss
+                # the step's loss (before the update) and the updated model's training loss
+                worst = max(loss, metrics.get("train_loss", loss))
+                if blown_up(worst, first_loss, constant):
+                    raise TrainingDiverged(
+                        epoch, f"the training loss ({worst:.3g})",
+                        f"blew up (above {BLOWUP_FACTOR:g} x max(first-epoch loss {first_loss:.3g}, "
+                        f"constant-prediction loss {constant:.3g}))",
+                    )
                 row = {"epoch": epoch, "loss": loss, **metrics}
                 history.append(row)
                 if callback is not None:
