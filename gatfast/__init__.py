@@ -6,6 +6,7 @@ when, is listed in ``gatfast/_runtime.py``.
 """
 
 from . import data, diagnostics, models
+from ._random import GraphIds, RandomKeys
 from ._validate import NonFiniteError
 from .estimators import GATv2Classifier
 from .graph import CSRGraph, batch_graphs
@@ -30,8 +31,10 @@ __all__ = [
     "GATv2Classifier",
     "GATv2Layer",
     "GATv2Network",
+    "GraphIds",
     "LayerCache",
     "NonFiniteError",
+    "RandomKeys",
     "SGD",
     "Adam",
     "AdamW",

@@ -4,6 +4,7 @@ the argument and says what was expected."""
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -82,7 +83,9 @@ def check_dense(value, name, shape, dtype):
 
     ``shape`` entries of ``None`` match any size. A float array of another
     precision is converted (a copy); non-float data raises TypeError and
-    NaN/inf raises ValueError. The input is never modified.
+    NaN/inf raises ValueError, checked after the conversion (a float64
+    value too large for float32 is refused, not turned into inf). The input
+    is never modified.
     """
     if sp.issparse(value):
         raise TypeError(f"{name} must be a dense array, got a scipy.sparse {type(value).__name__}")
@@ -93,9 +96,31 @@ def check_dense(value, name, shape, dtype):
     if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
         want = str(tuple("*" if s is None else s for s in shape)).replace("'", "")
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
-    if not all_finite(arr):
-        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return _finite_cast(arr, name, dtype)
+
+
+def _finite_cast(arr, name, dtype):
+    """``arr`` as C-contiguous ``dtype``, checked for NaN/inf *after* the cast.
+
+    A float64 value beyond float32's range (|x| > 3.4e38) would become inf
+    in the cast; checking only the input would let it through.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.ascontiguousarray(arr, dtype=dtype)
+    _check_cast_values(out, arr, name, dtype)
+    return out
+
+
+def _check_cast_values(out, arr, name, dtype):
+    if all_finite(out):
+        return
+    if out.dtype != arr.dtype and all_finite(arr):
+        big = np.finfo(dtype).max
+        raise NonFiniteError(
+            f"{name} has values outside the range of {np.dtype(dtype).name} (|x| > {big:.4g}), which "
+            f"would become inf; scale the data or use float64"
+        )
+    raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
 
 
 def check_features(x, name, num_nodes, num_features, dtype):
@@ -107,9 +132,10 @@ def check_features(x, name, num_nodes, num_features, dtype):
                 f"{name} must have shape ({num_nodes}, {num_features}) "
                 f"(num_nodes, in_features), got {x.shape}"
             )
-        csr = sp.csr_array(x, dtype=dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            csr = sp.csr_array(x, dtype=dtype)
         if not all_finite(csr.data):
-            raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
+            _check_cast_values(csr.data, sp.csr_array(x).data, name, dtype)
         return csr
     arr = np.asarray(x)
     if arr.dtype == object:
@@ -125,9 +151,7 @@ def check_features(x, name, num_nodes, num_features, dtype):
         raise ValueError(
             f"{name} must have in_features = {num_features} columns, got {arr.shape[1]}"
         )
-    if not all_finite(arr):
-        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
-    return np.ascontiguousarray(arr, dtype=dtype)
+    return _finite_cast(arr, name, dtype)
 
 
 def as_graph(graph, name="graph"):
@@ -217,3 +241,157 @@ def check_graph_ptr(graph_ptr, num_nodes, name="graph_ptr"):
     if np.any(np.diff(ptr) < 0):
         raise ValueError(f"{name} must be non-decreasing")
     return np.ascontiguousarray(ptr, dtype=np.int64)
+
+
+# ---------------------------------------------------------------------- output paths
+def _same_file(a, b):
+    """Whether paths ``a`` and ``b`` name one file: same real path, or the same inode."""
+    if os.path.normcase(os.path.realpath(a)) == os.path.normcase(os.path.realpath(b)):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def check_output_paths(outputs, inputs=()):
+    """Refuse output paths that would fail late or destroy a file, before any work starts.
+
+    Every output must be a file path (not a directory) in an existing,
+    writable directory (missing directories are never created), must not be
+    one of the inputs and must differ from every other output. Paths are
+    compared by their resolved real paths (symlinks, ``./x`` and ``x``, hard
+    links all count as the same file).
+
+    Parameters
+    ----------
+    outputs : sequence of (name, path or None)
+        ``name`` is the option as the caller knows it (``"save"``,
+        ``"--metrics-json"``); None paths are skipped.
+    inputs : sequence of (name, path or None)
+        Files read by the run (the dataset, a checkpoint); None is skipped.
+
+    Raises
+    ------
+    ValueError
+        One line naming the option, the path and what is wrong.
+    """
+    seen = []
+    inputs = [(n, os.fspath(p)) for n, p in inputs if p is not None]
+    for name, path in outputs:
+        if path is None:
+            continue
+        path = os.fspath(path)
+        if not path:
+            raise ValueError(f"{name} must be a non-empty path")
+        if os.path.isdir(path):
+            raise ValueError(f"{name} {path!r} is a directory; expected the path of a file to write")
+        directory = os.path.dirname(os.path.realpath(path))
+        if not os.path.isdir(directory):
+            raise ValueError(
+                f"{name} {path!r}: directory {os.path.dirname(os.path.abspath(path))!r} does not exist "
+                "(gatfast does not create directories; create it first)"
+            )
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise ValueError(f"{name} {path!r}: directory {directory!r} is not writable")
+        for what, source in inputs:
+            if _same_file(path, source):
+                raise ValueError(f"{name} {path!r} is the {what} ({source!r}): refusing to overwrite an input")
+        for other, other_path in seen:
+            if _same_file(path, other_path):
+                raise ValueError(f"{other} and {name} are the same file {path!r}: each output needs its own")
+        seen.append((name, path))
+
+
+def check_output_dir(name, path, create_parents=False):
+    """Check (and create if missing) a directory that receives outputs.
+
+    The directory itself is created when its parent exists (or, with
+    ``create_parents``, with all missing parents: for documented default
+    locations such as ``runs/``); an existing file in its place, a missing
+    parent or an unwritable directory is a ValueError naming ``name``.
+
+    Returns
+    -------
+    created : bool
+        Whether the directory was created (the caller says so).
+    """
+    path = os.fspath(path)
+    if not path:
+        raise ValueError(f"{name} must be a non-empty path")
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ValueError(f"{name} {path!r} exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    created = not os.path.isdir(path)
+    if created:
+        if not create_parents and not os.path.isdir(parent):
+            raise ValueError(
+                f"{name} {path!r}: parent directory {parent!r} does not exist "
+                "(gatfast does not create directories; create it first)"
+            )
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"{name} {path!r} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {path!r} is not writable")
+    return created
+
+
+# ---------------------------------------------------------------------- network sizes
+#: Largest network gatfast builds (the caps of ``TrainConfig`` for the layer
+#: count, heads and channels), checked before anything is allocated.
+MAX_LAYERS = 64
+MAX_HEADS = 1024
+MAX_CHANNELS = 65536
+MAX_IN_FEATURES = 2**24
+#: Most weights (the ``W_l``/``W_r`` projections, which dominate) a network may hold:
+#: 2**28 is 1 GiB in float32, 2 GiB in float64, before gradients and optimizer state.
+MAX_WEIGHTS = 2**28
+
+
+def check_network_size(in_features, hidden_features, out_features, num_layers, heads, out_heads, readout=None):
+    """Refuse network sizes that would allocate absurd amounts of memory, before building anything.
+
+    Each size must be an int within its documented cap (:data:`MAX_LAYERS`,
+    :data:`MAX_HEADS`, :data:`MAX_CHANNELS`, :data:`MAX_IN_FEATURES`), and
+    the projection weights, ``2 · Σ_layers width_out · width_in``, must not
+    exceed :data:`MAX_WEIGHTS`.
+
+    Returns
+    -------
+    int
+        That weight count.
+    """
+    num_layers = check_int(num_layers, "num_layers", 1)
+    if isinstance(in_features, (tuple, list)):  # a bipartite first layer: (F_src, F_dst)
+        if len(in_features) != 2:
+            raise ValueError(f"in_features must be an int or a pair (F_src, F_dst), got {in_features!r}")
+        check_int(in_features[1], "in_features[1]", 1)
+        if in_features[1] > MAX_IN_FEATURES:
+            raise ValueError(f"in_features must be <= {MAX_IN_FEATURES} (gatfast's limit on network sizes), "
+                             f"got {in_features[1]}")
+        in_features = max(in_features[0], in_features[1])
+    for name, value, cap in (
+        ("num_layers", num_layers, MAX_LAYERS),
+        ("in_features", in_features, MAX_IN_FEATURES),
+        ("hidden_features", hidden_features, MAX_CHANNELS),
+        ("out_features", out_features, MAX_CHANNELS),
+        ("heads", heads, MAX_HEADS),
+        ("out_heads", out_heads, MAX_HEADS),
+    ):
+        value = check_int(value, name, 1)
+        if value > cap:
+            raise ValueError(f"{name} must be <= {cap} (gatfast's limit on network sizes), got {value}")
+    width = heads * hidden_features
+    widths = [in_features] + [width] * num_layers
+    outs = [width] * num_layers
+    if readout is None:
+        outs[-1] = out_heads * out_features
+    weights = sum(2 * o * i for o, i in zip(outs, widths)) + (width * out_features if readout else 0)
+    if weights > MAX_WEIGHTS:
+        raise ValueError(
+            f"the network would hold about {weights:,} weights, above gatfast's limit of {MAX_WEIGHTS:,}: "
+            "reduce hidden_features, heads, num_layers or the number of input features"
+        )
+    return weights

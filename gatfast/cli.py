@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 import numpy as np
@@ -126,6 +127,12 @@ def build_parser():
                         "'karate' or the file still exists)")
     e.add_argument("--metrics-json", metavar="PATH", help="write the metrics as JSON")
     e.add_argument("--threads", type=_positive_int, help="Numba threads")
+    norm = e.add_mutually_exclusive_group()
+    norm.add_argument("--normalize-features", dest="normalize_features", action="store_const", const=True,
+                      default=None, help="row-normalise the features (default: as the checkpoint records; "
+                                         "required when it records nothing)")
+    norm.add_argument("--no-normalize-features", dest="normalize_features", action="store_const", const=False,
+                      help="use the raw features (default: as the checkpoint records)")
 
     gc = sub.add_parser("gradcheck", help="finite-difference check of every gradient on a random graph",
                         description="Compare the closed-form gradients of a float64 layer with central "
@@ -155,7 +162,12 @@ def build_parser():
     ex.add_argument("name", choices=["pitfall"], help="which experiment")
     ex.add_argument("--seeds", type=_positive_int, default=10, help="training runs per variant")
     ex.add_argument("--quick", action="store_true", help="a small, fast version (for smoke tests)")
-    ex.add_argument("--out", default="runs/pitfall", help="directory for the CSV, Markdown table and plot")
+    ex.add_argument("--out", default="runs/pitfall",
+                    help="directory for the CSV, Markdown table and plot (default: runs/pitfall; created if "
+                         "its parent exists)")
+    ex.add_argument("--update-tracked", action="store_true",
+                    help="allow --out to be a directory with files tracked by git (the published results in "
+                         "docs/results/pitfall); refused otherwise")
     ex.add_argument("--threads", type=_positive_int, help="Numba threads")
     return parser
 
@@ -180,6 +192,15 @@ def _cmd_train(args):
     result = train(args.dataset, config, **options)
     print("final metrics:")
     _print_metrics(result.metrics)
+    if result.interrupted:  # the first Ctrl-C/SIGTERM: stopped at the end of an epoch, outputs written
+        from ._signals import exit_status
+
+        written = [p for p in (result.config.save, result.config.metrics_json) if p]
+        print(f"gatfast train: interrupted by {result.interrupted} at epoch {len(result.history)}; kept the "
+              f"best parameters (epoch {result.metrics['best_epoch']:g}); "
+              + (f"wrote {' and '.join(written)}" if written else "nothing to write (no --save or --metrics-json)"),
+              file=sys.stderr)
+        return exit_status(getattr(signal, result.interrupted, signal.SIGINT))
     if result.config.save:
         print(f"model saved to {result.config.save}")
     return 0
@@ -187,15 +208,21 @@ def _cmd_train(args):
 
 def _cmd_evaluate(args):
     from . import _runtime
-    from .data import load_dataset
+    from . import _validate as V
+    from .data import dataset_file, load_dataset
     from .training import evaluate, load_checkpoint
 
     model, meta = load_checkpoint(args.checkpoint)
     source = args.dataset or meta.get("dataset")
     if source is None:
         raise CLIError("the checkpoint does not name its dataset: pass --dataset PATH")
-    opts = dict(dtype=np.dtype(model.get_config()["dtype"]),
-                normalize_features=meta.get("normalize_features", True))
+    try:
+        data_file = dataset_file(source)
+    except (TypeError, ValueError):
+        data_file = None  # reported when loading
+    V.check_output_paths([("--metrics-json", args.metrics_json)],
+                         [("checkpoint", args.checkpoint), ("dataset", data_file)])
+    opts = dict(dtype=np.dtype(model.get_config()["dtype"]), normalize_features=_normalize(args, meta))
     if args.dataset is None:
         try:
             ds = load_dataset(source, **opts)
@@ -213,6 +240,19 @@ def _cmd_evaluate(args):
     if args.metrics_json:
         _write_json(args.metrics_json, metrics)
     return 0
+
+
+def _normalize(args, meta):
+    """Row-normalise for evaluation: the flag, else what the checkpoint records; never a guess."""
+    from .training.checkpoint import recorded_preprocessing
+
+    if args.normalize_features is not None:
+        return args.normalize_features
+    recorded = recorded_preprocessing(meta)
+    if recorded is None or "normalize_features" not in recorded:
+        raise CLIError("the checkpoint does not record how its features were preprocessed (saved without "
+                       "preprocessing=): pass --normalize-features or --no-normalize-features")
+    return recorded["normalize_features"]
 
 
 def _same_source(path, meta):
@@ -257,7 +297,8 @@ def _cmd_experiment(args):
     from .diagnostics.pitfall import run_pitfall
 
     # one thread by default: these graphs are tiny, and parallel launch costs dominate
-    run_pitfall(seeds=args.seeds, quick=args.quick, out_dir=args.out, threads=args.threads or 1)
+    run_pitfall(seeds=args.seeds, quick=args.quick, out_dir=args.out, threads=args.threads or 1,
+                update_tracked=args.update_tracked)
     return 0
 
 
@@ -271,9 +312,17 @@ def main(argv=None):
 
     try:
         return handlers[args.command](args)
-    except (CLIError, ValueError, OSError, TrainingDiverged) as exc:
-        print(f"gatfast {args.command}: error: {exc}", file=sys.stderr)
+    except (CLIError, ValueError, TypeError, OSError, TrainingDiverged) as exc:
+        message = " ".join(str(exc).split("\n"))  # always one line
+        print(f"gatfast {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C outside training, or a second one during it
+        from ._signals import exit_status
+
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"gatfast {args.command}: aborted by {signal.Signals(signum).name}; files being written were "
+              "left as they were", file=sys.stderr)
+        return exit_status(signum)
 
 
 if __name__ == "__main__":

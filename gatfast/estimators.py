@@ -136,6 +136,7 @@ class GATv2Classifier:
             name="estimator", graph=graph, x=x, y=codes, train_mask=mask, val_mask=val_mask,
             test_mask=np.zeros(n, bool), num_classes=int(classes.size), task="node_classification",
         )
+        V.check_network_size(x.shape[1], self.hidden, ds.num_classes, self.num_layers, self.heads, self.out_heads)
         model = GATv2Network(
             x.shape[1], self.hidden, ds.num_classes, num_layers=self.num_layers, heads=self.heads,
             out_heads=self.out_heads, activation=self.activation, dropout=self.dropout,

@@ -14,6 +14,7 @@ from gatfast.training import train
 from gatfast.training.checkpoint import FORMAT, VERSION, load_checkpoint, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_numba_thread")
+RAW = {"normalize_features": False}
 
 
 @pytest.fixture(scope="module")
@@ -141,29 +142,31 @@ def test_written_files_get_normal_permissions(tmp_path, trained):
         os.umask(umask)
 
 
-def test_save_creates_missing_directories(tmp_path, trained):
+def test_save_into_a_missing_directory_is_an_error(tmp_path, trained):
+    # a typo in the directory must not silently create a new tree
     path = tmp_path / "runs" / "a" / "m.npz"
-    save_checkpoint(path, trained)
-    assert load_checkpoint(path)[0].get_config() == trained.get_config()
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        save_checkpoint(path, trained)
+    assert os.listdir(tmp_path) == []
 
 
 # ---------------------------------------------------------------------- bad and incompatible files
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="checkpoint file not found"):
         load_checkpoint(tmp_path / "nope.npz")
-    with pytest.raises(FileNotFoundError, match="checkpoint file not found"):
-        load_checkpoint(tmp_path)  # a directory
+    with pytest.raises(ValueError, match="is a directory"):
+        load_checkpoint(tmp_path)
 
 
 def test_random_bytes_and_plain_npy(tmp_path):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(np.random.default_rng(0).bytes(500))
-    with pytest.raises(ValueError, match="not a gatfast checkpoint"):
+    with pytest.raises(ValueError, match="is not an .npz archive"):
         load_checkpoint(junk)
     npy = tmp_path / "array.npz"
     with open(npy, "wb") as fh:
         np.save(fh, np.zeros(3))
-    with pytest.raises(ValueError, match="not a gatfast checkpoint"):
+    with pytest.raises(ValueError, match="holds a single .npy array, not an .npz archive"):
         load_checkpoint(npy)
     other = tmp_path / "other.npz"
     np.savez(other, y=np.arange(3))
@@ -175,7 +178,7 @@ def test_pickled_entry_is_refused(tmp_path, trained):
     path = tmp_path / "m.npz"
     save_checkpoint(path, trained)
     bad = rewrite(path, tmp_path / "bad.npz", lambda a: a.update(config=np.array([{"x": 1}], dtype=object)))
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="member 'config' holds pickled Python objects"):
         load_checkpoint(bad)
 
 
@@ -215,11 +218,11 @@ def test_incompatible_checkpoints_raise_clear_errors(tmp_path, trained, change, 
 # ---------------------------------------------------------------------- through the command line
 def test_cli_evaluate_rejects_a_model_that_does_not_fit_the_dataset(tmp_path, capsys):
     path = tmp_path / "m.npz"
-    save_checkpoint(path, GATv2Network(12, 2, 2, seed=0), {"dataset": "karate"})
+    save_checkpoint(path, GATv2Network(12, 2, 2, seed=0), {"dataset": "karate"}, preprocessing=RAW)
     assert main(["evaluate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "expects 12 input features" in err and "34" in err and "Traceback" not in err
-    save_checkpoint(path, GATv2Network(34, 2, 5, seed=0), {"dataset": "karate"})
+    save_checkpoint(path, GATv2Network(34, 2, 5, seed=0), {"dataset": "karate"}, preprocessing=RAW)
     assert main(["evaluate", str(path)]) == 2
     assert "5 classes" in capsys.readouterr().err
 
@@ -228,11 +231,68 @@ def test_cli_evaluate_bad_checkpoint_files(tmp_path, capsys):
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip at all")
     assert main(["evaluate", str(junk)]) == 2
-    assert "not a gatfast checkpoint" in capsys.readouterr().err
+    assert "is not an .npz archive" in capsys.readouterr().err
     assert main(["evaluate", str(tmp_path / "missing.npz")]) == 2
     assert "checkpoint file not found" in capsys.readouterr().err
     path = tmp_path / "m.npz"
-    save_checkpoint(path, GATv2Network(34, 2, 2, seed=0), {"dataset": str(tmp_path / "moved.npz")})
+    save_checkpoint(path, GATv2Network(34, 2, 2, seed=0), {"dataset": str(tmp_path / "moved.npz")}, preprocessing=RAW)
     assert main(["evaluate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "cannot load the checkpoint's dataset" in err and "--dataset" in err
+
+
+# ---------------------------------------------------------------------- preprocessing is recorded
+def evaluate_json(path, tmp_path, capsys, *flags):
+    out = tmp_path / f"eval{len(flags)}.json"
+    status = main(["evaluate", str(path), "--metrics-json", str(out), *flags])
+    err = capsys.readouterr().err
+    return status, err, (json.loads(out.read_text()) if status == 0 else None)
+
+
+def test_evaluate_uses_the_preprocessing_the_model_was_trained_with(tmp_path, capsys):
+    from gatfast.data import load_dataset
+    from gatfast.training import evaluate
+
+    raw = load_dataset("cora")  # not normalised
+    assert raw.preprocessing == {"normalize_features": False}
+    result = train(raw, epochs=15, hidden=4, heads=2, quiet=True, save=tmp_path / "t.npz")
+    _, meta = load_checkpoint(tmp_path / "t.npz")
+    assert meta["preprocessing"] == {"normalize_features": False}
+    expected = evaluate(result.model, raw)
+    status, err, got = evaluate_json(tmp_path / "t.npz", tmp_path, capsys)
+    assert status == 0, err
+    assert got == {k: expected[k] for k in got} and got["test_accuracy"] == expected["test_accuracy"]
+    # saved by hand: nothing recorded means no guess
+    save_checkpoint(tmp_path / "h.npz", result.model, {"dataset": "cora"})
+    status, err, _ = evaluate_json(tmp_path / "h.npz", tmp_path, capsys)
+    assert status == 2 and "--normalize-features" in err and "--no-normalize-features" in err
+    assert err.count("\n") == 1
+    status, err, got = evaluate_json(tmp_path / "h.npz", tmp_path, capsys, "--no-normalize-features")
+    assert status == 0 and got["test_accuracy"] == expected["test_accuracy"]
+    # or recorded by the caller
+    save_checkpoint(tmp_path / "p.npz", result.model, {"dataset": "cora"},
+                    preprocessing={"normalize_features": False})
+    status, err, got = evaluate_json(tmp_path / "p.npz", tmp_path, capsys)
+    assert status == 0 and got["test_accuracy"] == expected["test_accuracy"]
+
+
+def test_a_hand_built_dataset_records_no_preprocessing(tmp_path):
+    ds = load_karate()
+    ds.preprocessing = None  # as built by hand
+    train(ds, epochs=2, quiet=True, save=tmp_path / "m.npz")
+    _, meta = load_checkpoint(tmp_path / "m.npz")
+    assert "preprocessing" not in meta and "normalize_features" not in meta
+
+
+@pytest.mark.parametrize(
+    "preprocessing, exc, match",
+    [
+        ({"normalise": True}, ValueError, "normalise"),
+        ({"normalize_features": "yes"}, TypeError, "normalize_features"),
+        ([True], TypeError, "preprocessing"),
+    ],
+)
+def test_bad_preprocessing_argument(tmp_path, trained, preprocessing, exc, match):
+    with pytest.raises(exc, match=match):
+        save_checkpoint(tmp_path / "m.npz", trained, preprocessing=preprocessing)
+    assert not (tmp_path / "m.npz").exists()

@@ -85,7 +85,7 @@ def test_planetoid_file_defaults_to_the_gat_recipe(capsys, monkeypatch, tmp_path
     assert optimizers == [("adam", 0.005, 5e-4)]
     assert "patience=100" in out and "epochs=3" in out
     _, meta = load_checkpoint(tmp_path / "m.npz")
-    assert meta["normalize_features"] is True and meta["dataset"] == CORA
+    assert meta["preprocessing"] == {"normalize_features": True} and meta["dataset"] == CORA
 
 
 def test_options_reach_the_model_and_optimizer(capsys, monkeypatch):

@@ -5,9 +5,8 @@ import numba
 import numpy as np
 import pytest
 
-from gatfast import CSRGraph
-from gatfast import _runtime
-from gatfast.layers.keys import SAMPLE, RandomKeys
+from gatfast import CSRGraph, _runtime
+from gatfast._random import SAMPLE, RandomKeys
 from gatfast.sampling import NeighborSampler, sample_blocks
 
 

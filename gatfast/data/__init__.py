@@ -27,6 +27,7 @@ __all__ = [
     "GENERATED",
     "GraphDataset",
     "NodeDataset",
+    "dataset_file",
     "load_dataset",
     "load_karate",
     "load_planetoid",
@@ -77,6 +78,31 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
         make = make_csbm if text == "csbm" else make_traffic_scenes
         ds = make(dtype=dtype, **{"seed": 0, **kwargs})
         return normalized(ds) if normalize_features else ds
+    path = dataset_file(text)
+    z = NpzFile(path)  # read once, handed to the loader
+    keys = set(z.arrays)
+    opts = dict(dtype=dtype, normalize_features=normalize_features, **kwargs)
+    if set(PLANETOID_KEYS) <= keys:
+        return load_planetoid(z, **opts)
+    if "graph_indicator" in keys:
+        return load_tu(z, **opts)
+    raise ValueError(
+        f"{path}: unknown dataset format; expected Planetoid keys {list(PLANETOID_KEYS)} "
+        f"(+ {list(PLANETOID_X_KEYS)}) or TU keys {list(TU_KEYS)}, found {sorted(keys)}"
+    )
+
+
+def dataset_file(path_or_name):
+    """The file :func:`load_dataset` reads for ``path_or_name``; None for a generated dataset.
+
+    A bare name that is neither generated nor an existing path is looked up
+    as ``DATA_DIR/<name>.npz``; ValueError if that does not exist either.
+    """
+    if not isinstance(path_or_name, (str, os.PathLike)):
+        raise TypeError(f"path_or_name must be a str or path, got {type(path_or_name).__name__}")
+    text = os.fspath(path_or_name)
+    if text in GENERATED:
+        return None
     path = Path(text)
     if path.suffix != ".npz" and not path.exists():
         candidate = DATA_DIR / f"{text}.npz"
@@ -86,13 +112,4 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
                 f"{DATA_DIR} or a .npz path, got {text!r}"
             )
         path = candidate
-    keys = set(NpzFile(path).arrays)
-    opts = dict(dtype=dtype, normalize_features=normalize_features, **kwargs)
-    if set(PLANETOID_KEYS) <= keys:
-        return load_planetoid(path, **opts)
-    if "graph_indicator" in keys:
-        return load_tu(path, **opts)
-    raise ValueError(
-        f"{path}: unknown dataset format; expected Planetoid keys {list(PLANETOID_KEYS)} "
-        f"(+ {list(PLANETOID_X_KEYS)}) or TU keys {list(TU_KEYS)}, found {sorted(keys)}"
-    )
+    return path

@@ -72,6 +72,11 @@ class NodeDataset:
     task : {"node_classification", "node_regression"}
     edge_attr : ndarray, shape (graph.nnz, D), optional
         Edge features in the graph's CSR order.
+    preprocessing : dict or None
+        How ``x`` was derived from the raw data: ``{"normalize_features":
+        bool}`` for the datasets gatfast loads or generates; None (unknown)
+        for one built by hand. A checkpoint records it so that ``gatfast
+        evaluate`` preprocesses the same way.
     """
 
     name: str
@@ -84,6 +89,7 @@ class NodeDataset:
     num_classes: int
     task: str = "node_classification"
     edge_attr: np.ndarray = None
+    preprocessing: dict = None
 
     def __post_init__(self):
         V.check_choice(self.task, "task", NODE_TASKS)
@@ -146,6 +152,8 @@ class GraphDataset:
     edge_attrs : list of ndarray, optional
         ``edge_attrs[g]`` of shape ``(graphs[g].nnz, D)``: edge features in
         each graph's CSR order (the same ``D`` for all graphs).
+    preprocessing : dict or None
+        As for :class:`NodeDataset`.
     """
 
     name: str
@@ -155,6 +163,7 @@ class GraphDataset:
     num_classes: int
     task: str = "graph_classification"
     edge_attrs: list = None
+    preprocessing: dict = None
 
     def __post_init__(self):
         V.check_choice(self.task, "task", GRAPH_TASKS)
@@ -310,6 +319,7 @@ def without_edge_features(ds):
 
 def normalized(ds):
     """A copy of ``ds`` with row-normalised features (per graph for GraphDataset)."""
+    done = {**(ds.preprocessing or {}), "normalize_features": True}
     if isinstance(ds, NodeDataset):
-        return dataclasses.replace(ds, x=row_normalize(ds.x))
-    return dataclasses.replace(ds, xs=[row_normalize(x) for x in ds.xs])
+        return dataclasses.replace(ds, x=row_normalize(ds.x), preprocessing=done)
+    return dataclasses.replace(ds, xs=[row_normalize(x) for x in ds.xs], preprocessing=done)

@@ -67,5 +67,6 @@ def load_karate(dtype=np.float32, normalize_features=False):
         test_mask=everything.copy(),
         num_classes=2,
         task="node_classification",
+        preprocessing={"normalize_features": False},
     )
     return normalized(ds) if normalize_features else ds

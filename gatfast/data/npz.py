@@ -8,25 +8,28 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._io import atomic_write
+from .._npz import NpzReader
 from .datasets import NodeDataset
 
 __all__ = ["NpzFile", "write_planetoid_npz"]
 
 
 class NpzFile:
-    """Checked access to the arrays of one ``.npz`` file; errors name file and key."""
+    """Checked access to the arrays of one ``.npz`` file; errors name file and key.
+
+    Every member is read once, pickle-free and within the size limits of
+    :class:`gatfast._io.NpzReader` (a damaged, truncated or hostile file is
+    a ValueError naming it). Loaders accept an open ``NpzFile`` in place of
+    a path, so :func:`gatfast.data.load_dataset` reads a file only once.
+    """
 
     def __init__(self, path):
+        if isinstance(path, NpzFile):
+            self.path, self.arrays = path.path, path.arrays
+            return
         self.path = os.fspath(path)
-        if not os.path.isfile(self.path):
-            raise FileNotFoundError(f"dataset file not found: {self.path}")
-        try:
-            with np.load(self.path, allow_pickle=False) as z:
-                self.arrays = {k: z[k] for k in z.files}
-        except ValueError as exc:  # object arrays need pickle: refuse them
-            raise ValueError(f"{self.path}: cannot load without pickle ({exc})") from exc
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{self.path}: not a readable .npz file ({exc})") from exc
+        with NpzReader(self.path, what="dataset file") as reader:
+            self.arrays = reader.read_all()
 
     def error(self, key, message):
         return ValueError(f"{self.path}: key {key!r} {message}")

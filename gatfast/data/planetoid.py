@@ -46,8 +46,9 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
 
     Parameters
     ----------
-    path : str or path-like
-        A ``.npz`` file in the Planetoid format of ``docs/DATA.md``.
+    path : str, path-like or NpzFile
+        A ``.npz`` file in the Planetoid format of ``docs/DATA.md`` (or one
+        already opened with :class:`~gatfast.data.npz.NpzFile`).
     dtype : numpy.float32 or numpy.float64, default float32
     normalize_features : bool, default False
         Row-normalise as PyG's ``NormalizeFeatures`` (see
@@ -101,4 +102,5 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
         test_mask=masks[2],
         num_classes=int(y.max()) + 1,
         task="node_classification",
+        preprocessing={"normalize_features": bool(normalize_features)},
     )

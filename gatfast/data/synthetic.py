@@ -107,6 +107,7 @@ def make_csbm(
         test_mask=masks[2],
         num_classes=k,
         task="node_classification",
+        preprocessing={"normalize_features": False},
     )
 
 
@@ -193,5 +194,6 @@ def make_traffic_scenes(
         xs.append(np.concatenate([pos, vel, noise], axis=1).astype(dtype))
         ys.append(traffic_target(pos, vel, radius).astype(dtype))
     return GraphDataset(
-        name="traffic_scenes", graphs=graphs, xs=xs, y=ys, num_classes=0, task="node_regression", edge_attrs=attrs
+        name="traffic_scenes", graphs=graphs, xs=xs, y=ys, num_classes=0, task="node_regression",
+        preprocessing={"normalize_features": False}, edge_attrs=attrs,
     )

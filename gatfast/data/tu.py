@@ -24,9 +24,11 @@ def load_tu(path, dtype=np.float32, normalize_features=False, edge_features=True
     a single constant feature 1. With ``edge_features`` (the default) and an
     ``edge_labels`` entry in the file, every edge gets its label one-hot
     (MUTAG's bond types: aromatic, single, double, triple) as edge features,
-    in each graph's CSR order (``GraphDataset.edge_attrs``).
-    ``normalize_features`` row-normalises each graph's features as PyG's
-    ``NormalizeFeatures`` would (a no-op for one-hot rows).
+    in each graph's CSR order (``GraphDataset.edge_attrs``). ``path`` is a
+    ``.npz`` file or one already opened with
+    :class:`~gatfast.data.npz.NpzFile`. ``normalize_features`` row-normalises
+    each graph's features as PyG's ``NormalizeFeatures`` would (a no-op for
+    one-hot rows).
 
     Returns
     -------
@@ -97,5 +99,6 @@ def load_tu(path, dtype=np.float32, normalize_features=False, edge_features=True
         num_classes=num_classes,
         task="graph_classification",
         edge_attrs=attrs if onehot is not None else None,
+        preprocessing={"normalize_features": False},
     )
     return normalized(ds) if normalize_features else ds

@@ -116,7 +116,8 @@ def gradcheck_layer(
         grads["x_src"], grads["x_dst"] = grads.pop("x")
     arrays = {**{name: layer.params[name] for name in layer.params}, **inputs}
     errors = {}
-    for name, base in arrays.items():
+    for name in list(arrays):
+        base = arrays[name].copy()  # assigning a parameter copies into the stored array
         numeric = np.zeros_like(base)
         for idx in np.ndindex(base.shape):
             values = []

@@ -20,13 +20,23 @@ import numpy as np
 
 from .. import _runtime
 from .. import _validate as V
+from .._io import git_tracked_files
 from ..data import make_traffic_scenes, without_edge_features
 from ..models import GATv2Network
 from ..optim import make_optimizer
 from ..training import TrainingDiverged, fit
 from ..training.splits import default_graph_splits
 from .network import theta_r_flow_network
-from .pitfall_report import FAIL_FRACTION, TRAINING, csv_text, markdown_report, plot, summarise, write
+from .pitfall_report import (
+    FAIL_FRACTION,
+    TRAINING,
+    csv_text,
+    markdown_report,
+    plot,
+    report_title,
+    summarise,
+    write,
+)
 
 __all__ = ["PITFALL_ARCHS", "PITFALL_VARIANTS", "PitfallResult", "pitfall_baselines", "run_pitfall"]
 
@@ -48,6 +58,7 @@ PITFALL_ARCHS = {
 }
 
 FULL = {"num_graphs": 300, "epochs": 200}
+DEFAULT_OUT = os.path.join("runs", "pitfall")
 QUICK = {"num_graphs": 40, "epochs": 5}
 
 
@@ -68,6 +79,11 @@ class PitfallResult:
     files : dict
         Paths written, by kind (``"runs"``, ``"summary_csv"``, ``"summary_md"``,
         ``"curves"``, ``"plot"``; no ``"plot"`` without matplotlib).
+    markdown : str
+        The report written to ``summary.md``.
+    title : str
+        Its heading and the plot's title; a ``quick`` run says it is a
+        smoke run, not the published result.
     """
 
     table: list
@@ -75,6 +91,7 @@ class PitfallResult:
     curves: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     markdown: str = ""
+    title: str = ""
 
 
 def pitfall_baselines(dataset, splits):
@@ -176,12 +193,13 @@ def _run_one(arch, variant, seed, dataset, splits, base, sizes, dtype):
 def run_pitfall(
     seeds=10,
     quick=False,
-    out_dir="runs/pitfall",
+    out_dir=DEFAULT_OUT,
     variants=None,
     archs=None,
     threads=1,
     dtype=np.float32,
     quiet=False,
+    update_tracked=False,
 ):
     """Train GATv2 and the GAT+ variants on small sparse scenes, over many seeds.
 
@@ -195,9 +213,13 @@ def run_pitfall(
         A small version (40 scenes, 5 epochs) for smoke tests; the full one
         has 300 scenes and 200 epochs per run.
     out_dir : str or path-like
-        Created if missing; receives ``runs.csv``, ``summary.csv``,
-        ``summary.md``, ``curves.csv`` and ``pitfall.png`` (the plot only
-        with matplotlib), each written atomically.
+        Receives ``runs.csv``, ``summary.csv``, ``summary.md``,
+        ``curves.csv`` and ``pitfall.png`` (the plot only with matplotlib),
+        each written atomically. Checked before the first run: it is created
+        if missing when its parent exists (the default ``runs/pitfall`` with
+        its parent), and a directory holding files tracked by git (published
+        results such as ``docs/results/pitfall``) is refused unless
+        ``update_tracked``.
     variants, archs : sequence of str, optional
         Subsets of :data:`PITFALL_VARIANTS` and :data:`PITFALL_ARCHS` (default: all).
     threads : int or None, default 1
@@ -206,6 +228,10 @@ def run_pitfall(
     dtype : numpy.float32 or numpy.float64
     quiet : bool
         No progress output.
+    update_tracked : bool, default False
+        Allow writing into a directory with files tracked by git (detected
+        with ``git ls-files``; without git or outside a repository the check
+        is skipped).
 
     Returns
     -------
@@ -221,8 +247,16 @@ def run_pitfall(
     dtype = V.check_dtype(dtype)
     sizes = QUICK if quick else FULL
     out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    tracked = git_tracked_files(out_dir)
+    if tracked and not update_tracked:
+        raise ValueError(
+            f"out_dir {out_dir!r} holds {len(tracked)} file(s) tracked by git (published results): "
+            "write elsewhere, or pass update_tracked=True (--update-tracked) to refresh them"
+        )
+    if V.check_output_dir("out_dir", out_dir, create_parents=out_dir == DEFAULT_OUT) and not quiet:
+        print(f"created the output directory {out_dir}")
     command = f"gatfast experiment pitfall --seeds {seeds}" + (" --quick" if quick else "")
+    title = report_title(quick)
 
     runs, curves = [], {}
     t0 = time.perf_counter()
@@ -245,7 +279,7 @@ def run_pitfall(
                         )
     curves = {k: {name: np.vstack(arrs) for name, arrs in c.items()} for k, c in curves.items()}
     table = summarise(runs, archs, variants)
-    markdown = markdown_report(table, runs, sizes, range(seeds), command)
+    markdown = markdown_report(table, runs, sizes, range(seeds), command, title)
 
     files = {
         "runs": os.path.join(out_dir, "runs.csv"),
@@ -274,7 +308,7 @@ def run_pitfall(
     write(files["curves"], csv_text(curve_rows, list(curve_rows[0])))
     try:
         files["plot"] = os.path.join(out_dir, "pitfall.png")
-        plot(curves, archs, variants, runs, files["plot"])
+        plot(curves, archs, variants, runs, files["plot"], title)
     except ImportError:
         files.pop("plot")
         if not quiet:
@@ -283,4 +317,4 @@ def run_pitfall(
         print()
         print(markdown)
         print(f"{len(runs)} runs in {time.perf_counter() - t0:.0f} s; written to {out_dir}")
-    return PitfallResult(table=table, runs=runs, curves=curves, files=files, markdown=markdown)
+    return PitfallResult(table=table, runs=runs, curves=curves, files=files, markdown=markdown, title=title)

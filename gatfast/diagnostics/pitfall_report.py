@@ -11,7 +11,16 @@ import numpy as np
 from .._io import atomic_save_figure, atomic_write_text
 from .plotting import pyplot
 
-__all__ = ["FAIL_FRACTION", "TRAINING", "csv_text", "markdown_report", "plot", "summarise", "write"]
+__all__ = [
+    "FAIL_FRACTION",
+    "TRAINING",
+    "csv_text",
+    "markdown_report",
+    "plot",
+    "report_title",
+    "summarise",
+    "write",
+]
 
 #: Optimisation settings of every run of the experiment.
 TRAINING = {"lr": 0.005, "batch_size": 32, "activation": "elu"}
@@ -47,13 +56,21 @@ def summarise(runs, archs, variants):
     return table
 
 
-def markdown_report(table, runs, sizes, seeds, command):
+def report_title(quick):
+    """The heading of ``summary.md`` and the plot's title; smoke-sized runs say so."""
+    title = "Θ_R pitfall experiment"
+    return title + ": quick smoke run, not the published result" if quick else title
+
+
+def markdown_report(table, runs, sizes, seeds, command, title):
     base = {}
     for r in runs:
         base.setdefault(r["seed"], (r["baseline_mean_mse"], r["baseline_linear_mse"]))
     means = np.array([b[0] for b in base.values()])
     lins = np.array([b[1] for b in base.values()])
     lines = [
+        f"# {title}",
+        "",
         f"`{command}`: {len(seeds)} seeds per variant, {sizes['num_graphs']} scenes per seed "
         f"(80/10/10 split), {sizes['epochs']} epochs of Adam (lr {TRAINING['lr']}, batch "
         f"{TRAINING['batch_size']}), float32.",
@@ -101,7 +118,7 @@ def write(path, text):
     atomic_write_text(path, text)
 
 
-def plot(curves, archs, variants, runs, path):
+def plot(curves, archs, variants, runs, path, title):
     plt = pyplot()
     fig, axes = plt.subplots(len(archs), 3, figsize=(15, 4 * len(archs)), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -128,6 +145,7 @@ def plot(curves, archs, variants, runs, path):
         for ax in (ax_dead, ax_grad, ax_val):
             ax.set_xlabel("epoch")
         ax_val.legend(fontsize="small")
+    fig.suptitle(title, fontsize="x-large")
     fig.tight_layout()
     atomic_save_figure(fig, path)
     plt.close(fig)

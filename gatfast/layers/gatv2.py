@@ -14,14 +14,15 @@ import scipy.sparse as sp
 
 from .. import _runtime
 from .. import _validate as V
+from .._random import RandomKeys
 from ..kernels import ACTIVATIONS, csr_dense_matmul2
 from .cache import LayerCache
 from .dense import bias_or_empty, dense_projections, linear, linear_into
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
-from .keys import RandomKeys
 from .params import ParamDict
 from .passes import attention_backward, attention_dropout, attention_forward
+from .shapes import layer_parameter_shapes
 from .workspace import Workspace
 
 __all__ = ["GATv2Layer", "THETA_R_FORMS", "ROOT_WEIGHTS"]
@@ -163,27 +164,8 @@ class GATv2Layer:
         self._token = object()
 
     def _shapes(self):
-        hc = self.heads * self.out_features
-        f_src, f_dst = self.in_features_src, self.in_features_dst
-        shapes = {"W_l": (hc, f_src)}
-        if self.bias:
-            shapes["b_l"] = (hc,)
-        if not self.share_weights:
-            shapes["W_r"] = (hc, f_dst)
-            if self.bias:
-                shapes["b_r"] = (hc,)
-        shapes["att"] = (self.heads, self.out_features)
-        if self.edge_dim is not None:
-            shapes["W_e"] = (hc, self.edge_dim)
-        if self.root_weight == "theta_n":
-            shapes["W_n"] = (hc, f_dst)
-            if self.bias:
-                shapes["b_n"] = (hc,)
-        if self.residual:
-            shapes["W_res"] = (self.out_dim, f_dst)
-        if self.bias:
-            shapes["bias"] = (self.out_dim,)
-        return shapes
+        return layer_parameter_shapes(self.in_features, self.out_features, self.heads, self.concat,
+                                      self.share_weights, self.residual, self.root_weight, self.bias, self.edge_dim)
 
     def clear_workspace(self):
         """Free the arrays kept between calls for speed (they are rebuilt on the next call)."""
@@ -275,7 +257,7 @@ class GATv2Layer:
             Apply attention dropout (when ``dropout > 0``).
         rng : numpy.random.Generator or RandomKeys, optional
             Source of the dropout mask; defaults to the layer's own generator.
-            With :class:`~gatfast.layers.keys.RandomKeys` each edge's mask is
+            With :class:`~gatfast.RandomKeys` each edge's mask is
             a function of its global id (``rng.for_graph(edge_ids, dst_ids)``).
 
         Returns

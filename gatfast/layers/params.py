@@ -11,9 +11,21 @@ class ParamDict(dict):
     """``dict`` of named parameter arrays with fixed shapes and dtype.
 
     Assigning ``params[name] = array`` checks the name, the shape, that the
-    dtype is floating point and that the values are finite, then stores a
-    C-contiguous copy in the dict's dtype. Optimizers update the stored
-    arrays in place.
+    dtype is floating point and that the values are finite (after the cast
+    to the dict's dtype). The first assignment of a name stores a
+    C-contiguous copy; later ones **copy the values into the stored array**,
+    which keeps its identity.
+
+    Why in place: optimizers (and ``GATv2Network.parameters()``) hold the
+    arrays themselves and update them in place. Storing a new array would
+    leave an optimizer built earlier updating the old one, so the assigned
+    parameter would silently never train (as with ``torch``, where
+    replacing an ``nn.Parameter`` after building the optimizer does that).
+    Copying in place is what ``torch``'s ``p.copy_(new)`` under
+    ``no_grad`` does: every holder sees the new values, and the optimizer's
+    state for the parameter (momentum, Adam moments) is kept; call
+    ``optimizer.zero_state()`` to reset it. The array passed in is never
+    modified or kept.
     """
 
     def __init__(self, shapes, dtype):
@@ -30,6 +42,10 @@ class ParamDict(dict):
         if name not in self._shapes:
             raise KeyError(f"unknown parameter {name!r}; this layer has {sorted(self._shapes)!r}")
         arr = check_dense(value, f"params[{name!r}]", self._shapes[name], self._dtype)
+        current = self.get(name)
+        if current is not None:
+            np.copyto(current, arr)  # in place: optimizers hold this array (see the class docstring)
+            return
         if arr is value:
             arr = arr.copy()
         super().__setitem__(name, arr)
@@ -42,6 +58,11 @@ class ParamDict(dict):
         if name not in self:
             self[name] = value
         return self[name]
+
+    def __reduce__(self):
+        # dict subclasses unpickle by setting items before restoring attributes,
+        # which __setitem__ cannot check yet: rebuild from shapes, dtype and arrays
+        return (_rebuild, (self._shapes, self._dtype.str, dict(self)))
 
     def __delitem__(self, name):
         raise TypeError("parameters cannot be removed from a layer")
@@ -59,3 +80,11 @@ class ParamDict(dict):
     def copy_arrays(self):
         """A plain dict of copies of the arrays."""
         return {k: v.copy() for k, v in self.items()}
+
+
+def _rebuild(shapes, dtype, arrays):
+    """Unpickle a :class:`ParamDict` (every array is checked again on the way in)."""
+    params = ParamDict(shapes, dtype)
+    for name, arr in arrays.items():
+        params[name] = arr
+    return params

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _runtime
+from .._random import RandomKeys
 from ..kernels import (
     ACTIVATIONS,
     gatv2_backward_source,
@@ -23,7 +24,7 @@ from ..kernels import (
 )
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
-from .keys import RandomKeys, attention_draws
+from .keys import attention_draws
 
 __all__ = ["attention_backward", "attention_dropout", "attention_forward"]
 

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _validate as V
-from ..layers.keys import RandomKeys
+from .._random import RandomKeys
 
 __all__ = ["apply_dropout", "dropout_backward", "dropout_mask"]
 
@@ -73,7 +73,7 @@ def apply_dropout(x, p, rng, row_ids=None):
     p : float in [0, 1)
     rng : numpy.random.Generator or RandomKeys
         With a Generator the mask follows its stream (call order); with
-        :class:`~gatfast.layers.keys.RandomKeys` each row's mask is a
+        :class:`~gatfast.RandomKeys` each row's mask is a
         function of its global id (``row_ids``) and the column.
     row_ids : ndarray of int, optional
         Global ids of the rows of ``x`` (keyed masks only; default

@@ -20,9 +20,6 @@ __all__ = ["GATv2Network", "NetworkCache", "READOUTS"]
 
 READOUTS = (None,) + POOL_MODES
 
-#: The most layers a network may have (deeper stacks of attention are not
-#: trained in practice, and a typo such as 10**6 would hang building them).
-MAX_LAYERS = 64
 
 
 class GATv2Network:
@@ -124,8 +121,9 @@ class GATv2Network:
         self.hidden_features = V.check_int(hidden_features, "hidden_features", 1)
         self.out_features = V.check_int(out_features, "out_features", 1)
         self.num_layers = V.check_int(num_layers, "num_layers", 1)
-        if self.num_layers > MAX_LAYERS:
-            raise ValueError(f"num_layers must be <= {MAX_LAYERS}, got {self.num_layers}")
+        # the documented caps, before anything is allocated (a typo such as 10**6 layers would hang)
+        V.check_network_size(self.in_features, hidden_features, out_features, num_layers, heads, out_heads,
+                             readout)
         self.heads = V.check_int(heads, "heads", 1)
         self.out_heads = V.check_int(out_heads, "out_heads", 1)
         self.activation = V.check_choice(activation, "activation", set(ACTIVATIONS))
@@ -281,7 +279,7 @@ class GATv2Network:
             Source of every dropout mask. A Generator is drawn in a fixed
             order (layer by layer: features, then attention; then the head's
             input); it defaults to the model's own generator. With
-            :class:`~gatfast.layers.keys.RandomKeys` every mask is a function
+            :class:`~gatfast.RandomKeys` every mask is a function
             of the key and the global id of the node, edge or graph it
             applies to, so any split of a batch gives the same masks.
         edge_attr : ndarray or list of ndarray, optional

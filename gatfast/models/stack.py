@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _validate as V
-from ..layers.keys import ATTENTION, FEATURES, HEAD, GraphIds, RandomKeys
+from .._random import ATTENTION, FEATURES, HEAD, GraphIds, RandomKeys
 from .activations import activation_backward, activation_forward
 from .dropout import apply_dropout
 from .pooling import global_pool, global_pool_backward

@@ -13,12 +13,22 @@ from .. import _validate as V
 __all__ = ["clip_grad_norm"]
 
 
-def clip_grad_norm(grads, max_norm, norm_type=2.0):
+def clip_grad_norm(grads, max_norm, norm_type=2.0, error_if_nonfinite=True):
     """Scale gradients in place so their total norm is at most ``max_norm``.
 
     Same rule as ``torch.nn.utils.clip_grad_norm_``: the total norm is the
     norm of the per-array norms; every gradient is multiplied by
-    ``min(1, max_norm / (total_norm + 1e-6))``.
+    ``min(1, max_norm / (total_norm + 1e-6))``. The norms are computed in
+    float64 with scaling, so large finite float32 gradients give a finite
+    norm (torch computes in the gradients' dtype and may overflow to inf).
+
+    A non-finite total norm (a gradient holds NaN or inf) cannot be clipped:
+    torch's default scales every gradient by ``max_norm / inf = 0``, turning
+    inf entries into NaN and the rest into zeros. Here, as torch does with
+    ``error_if_nonfinite=True``, the default is to raise (NonFiniteError, a
+    ValueError, where torch raises RuntimeError); with
+    ``error_if_nonfinite=False`` the gradients are left unchanged and the
+    non-finite norm is returned, so the caller can skip the step.
 
     Parameters
     ----------
@@ -26,6 +36,9 @@ def clip_grad_norm(grads, max_norm, norm_type=2.0):
         Entries that are None and the key ``"x"`` (the input gradient) are ignored.
     max_norm : float > 0
     norm_type : float > 0 or inf, default 2
+    error_if_nonfinite : bool, default True
+        Raise NonFiniteError if the total norm is NaN or inf; otherwise
+        leave the gradients unchanged and return that norm.
 
     Returns
     -------
@@ -53,9 +66,27 @@ def clip_grad_norm(grads, max_norm, norm_type=2.0):
         norms = np.array([np.max(np.abs(g)) if g.size else 0.0 for g in arrays], dtype=np.float64)
         total = float(norms.max())
     else:
-        norms = np.array([np.linalg.norm(g.ravel(), norm_type) for g in arrays], dtype=np.float64)
-        total = float(np.linalg.norm(norms, norm_type))
+        norms = np.array([_norm(g.ravel(), norm_type) for g in arrays], dtype=np.float64)
+        total = _norm(norms, norm_type)
+    if not math.isfinite(total):
+        if error_if_nonfinite:
+            raise V.NonFiniteError(
+                f"the total norm of order {norm_type:g} of the gradients is {total}, so they cannot be "
+                "clipped (a gradient holds NaN or inf); pass error_if_nonfinite=False to leave them unchanged"
+            )
+        return total
     coef = min(max_norm / (total + 1e-6), 1.0)
     for g in arrays:
         g *= g.dtype.type(coef)
     return total
+
+
+def _norm(values, norm_type):
+    """The ``norm_type``-norm of a 1-D array in float64, scaled by its largest entry against overflow."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return 0.0
+    scale = float(np.max(np.abs(values)))
+    if scale == 0.0 or not math.isfinite(scale):
+        return scale if not np.isnan(values).any() else math.nan
+    return scale * float(np.linalg.norm(values / scale, norm_type))

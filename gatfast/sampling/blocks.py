@@ -8,9 +8,9 @@ import numpy as np
 
 from .. import _runtime
 from .. import _validate as V
+from .._random import SAMPLE, GraphIds
 from ..graph import CSRGraph
 from ..kernels.sampling import relabel, sample_in_edges
-from ..layers.keys import SAMPLE, GraphIds
 
 __all__ = ["Block", "SampledBatch", "check_fanouts", "check_seeds", "keyed_permutation", "sample_blocks"]
 

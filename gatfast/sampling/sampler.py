@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import _validate as V
+from .._random import SHUFFLE, RandomKeys
 from ..graph import CSRGraph
-from ..layers.keys import SHUFFLE, RandomKeys
 from .blocks import check_fanouts, check_seeds, keyed_permutation, sample_blocks
 
 __all__ = ["NeighborSampler"]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _validate as V
+
 __all__ = ["PRESETS", "Option", "TrainConfig", "preset_for"]
 
 
@@ -124,12 +126,12 @@ class TrainConfig:
     """
 
     # ------------------------------------------------------------------ model
-    layers: int = _opt(2, "number of GATv2 layers", "model", int, low=1, high=64)
-    hidden: int = _opt(8, "channels per head in the hidden layers", "model", int, low=1, high=65536)
+    layers: int = _opt(2, "number of GATv2 layers", "model", int, low=1, high=V.MAX_LAYERS)
+    hidden: int = _opt(8, "channels per head in the hidden layers", "model", int, low=1, high=V.MAX_CHANNELS)
     heads: int = _opt(
-        8, "attention heads of the hidden layers (concatenated)", "model", int, low=1, high=1024
+        8, "attention heads of the hidden layers (concatenated)", "model", int, low=1, high=V.MAX_HEADS
     )
-    out_heads: int = _opt(1, "heads of the output layer (averaged)", "model", int, low=1, high=1024)
+    out_heads: int = _opt(1, "heads of the output layer (averaged)", "model", int, low=1, high=V.MAX_HEADS)
     activation: str = _opt(
         "elu", "activation between layers", "model", str, choices=("elu", "relu", "identity")
     )

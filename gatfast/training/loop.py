@@ -20,7 +20,7 @@ from .evaluation import check_compatible, evaluate_splits, node_targets, task_me
 from .progress import Progress
 from .splits import check_splits, default_graph_splits
 
-__all__ = ["TrainResult", "fit"]
+__all__ = ["BLOWUP_FACTOR", "TrainResult", "blown_up", "constant_loss", "fit"]
 
 
 @dataclass
@@ -45,6 +45,10 @@ class TrainResult:
         splits (of the last fold with k-fold cross-validation).
     config : TrainConfig or None
         The options of the run.
+    interrupted : str or None
+        Why training stopped before its last epoch at a stop request (the
+        signal name, ``"SIGINT"`` or ``"SIGTERM"``, from :func:`gatfast.train`),
+        else None. ``metrics["interrupted"]`` is then True.
     """
 
     model: GATv2Network
@@ -53,6 +57,7 @@ class TrainResult:
     folds: list = field(default_factory=list)
     splits: dict = None
     config: TrainConfig = None
+    interrupted: str = None
 
 
 def _check_finite_grads(grads, epoch):
@@ -96,6 +101,56 @@ def _check_finite_inputs(ds):
             raise ValueError(f"the targets of dataset {ds.name!r} must be finite, but contain NaN or inf")
 
 
+#: A training loss above this multiple of its reference means training blew up (see :func:`blown_up`).
+BLOWUP_FACTOR = 1e4
+
+
+def blown_up(loss, first, constant):
+    """Whether a training loss shows that training blew up.
+
+    The reference is the larger of the first epoch's training loss and the
+    loss of the best constant prediction (``log(num_classes)`` for
+    classification, the variance of the training targets for regression),
+    so that a good first epoch does not make the bound tiny. Training blew
+    up when a loss exceeds :data:`BLOWUP_FACTOR` times that reference (or is
+    NaN). Gradient descent at a sane learning rate lowers the loss; a loss
+    ten thousand times that of predicting a constant means the parameters
+    have run away (``--lr 1e6`` on karate reaches 3.7e11 without a NaN).
+    """
+    reference = max(first, constant)
+    return not loss <= BLOWUP_FACTOR * reference if reference > 0 else not loss == loss
+
+
+def constant_loss(ds, train_targets):
+    """The training loss of the best constant prediction: ``log(C)``, or the targets' variance."""
+    if ds.num_classes:
+        return math.log(max(int(ds.num_classes), 2))
+    y = np.asarray(train_targets, dtype=np.float64)
+    return float(np.mean((y - y.mean(axis=0)) ** 2)) if y.size else 0.0
+
+
+def _check_classes(ds, splits):
+    """Classification needs two classes among the training labels."""
+    if not ds.task.endswith("classification"):
+        return
+    labels = np.asarray(ds.y)[splits["train"] if splits is not None else ds.train_mask]
+    classes = np.unique(labels)
+    if ds.num_classes < 2 or classes.size < 2:
+        found = f"({classes[0]})" if classes.size else "(none)"
+        raise ValueError(
+            f"dataset {ds.name!r} has a single class {found} among its training labels "
+            f"(num_classes={ds.num_classes}): classification needs at least two"
+        )
+
+
+def _training_targets(ds, splits):
+    if ds.num_classes:
+        return None
+    if splits is None:
+        return node_targets(ds.y)[ds.train_mask]
+    return ds.batch(np.asarray(splits["train"]))[3]
+
+
 def _better(metrics, best):
     """Model selection: highest validation accuracy (lowest loss breaks ties), or lowest loss."""
     if best is None:
@@ -112,7 +167,8 @@ def _selection_metrics(metrics):
     return {"val" + k[len("train") :]: v for k, v in metrics.items() if k.startswith("train_")}
 
 
-def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, stream=None, **options):
+def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, stream=None, stop=None,
+        **options):
     """Train ``model`` on ``dataset`` and restore the best validation epoch.
 
     Parameters
@@ -139,6 +195,12 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         gradients of that step (of that batch).
     stream : file object, optional
         Where progress goes (default stdout).
+    stop : callable, optional
+        ``stop()`` is called at the end of every epoch; a true return value
+        (a reason such as ``"SIGINT"``) ends training there, as early
+        stopping does: the best parameters so far are restored and the
+        result has ``interrupted`` set and ``metrics["interrupted"] = True``.
+        :func:`gatfast.train` passes the Ctrl-C/SIGTERM stop request.
     **options
         Fields of :class:`TrainConfig` that replace those of ``config``.
 
@@ -150,25 +212,33 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     ------
     TrainingDiverged
         When the loss, a gradient, a parameter or an activation becomes
-        NaN/inf (the message names the epoch); the model is left with the
-        best parameters found before (its initial ones if that was epoch 1).
+        NaN/inf, or the training loss blows up (:func:`blown_up`); the
+        message names the epoch, and the model is left with the best
+        parameters found before (its initial ones if that was epoch 1).
+    ValueError
+        Classification data with fewer than two classes among its training labels.
     """
     config = (config or TrainConfig()).replace(**options)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    if stop is not None and not callable(stop):
+        raise TypeError(f"stop must be callable or None, got {type(stop).__name__}")
     check_compatible(model, dataset)
     _check_finite_inputs(dataset)
     epochs, patience = config.epochs, config.patience
     rng = np.random.default_rng(config.seed)
     params = model.parameters()
     t0 = time.perf_counter()
-    history, best, best_params, best_epoch = [], None, None, 0
+    history, best, best_params, best_epoch, interrupted = [], None, None, 0, None
     best_acc, best_loss, since = -math.inf, math.inf, 0
     graph_level = isinstance(dataset, GraphDataset)
     if graph_level:
         if splits is None:
             splits = default_graph_splits(dataset, config.seed)
         splits = check_splits(dataset, splits)
+    _check_classes(dataset, splits if graph_level else None)
+    constant = constant_loss(dataset, _training_targets(dataset, splits if graph_level else None))
+    first_loss = None
 
     # the model never ends up with non-finite parameters: on divergence it
     # gets the best parameters so far (its initial ones before any epoch)
@@ -187,6 +257,15 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
                 _check_finite_params(params, epoch)
                 with _divergence(epoch, "an activation inside the model after the update"):
                     metrics = evaluate_splits(model, dataset, splits if graph_level else None)
+                first_loss = loss if first_loss is None else first_loss
+                # the step's loss (before the update) and the updated model's training loss
+                worst = max(loss, metrics.get("train_loss", loss))
+                if blown_up(worst, first_loss, constant):
+                    raise TrainingDiverged(
+                        epoch, f"the training loss ({worst:.3g})",
+                        f"blew up (above {BLOWUP_FACTOR:g} x max(first-epoch loss {first_loss:.3g}, "
+                        f"constant-prediction loss {constant:.3g}))",
+                    )
                 row = {"epoch": epoch, "loss": loss, **metrics}
                 history.append(row)
                 if callback is not None:
@@ -203,12 +282,16 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
                 if sel["val_loss"] <= best_loss:
                     best_loss, improved = sel["val_loss"], True
                 since = 0 if improved else since + 1
-                stop = patience is not None and since >= patience
-                progress.epoch(epoch, stop or epoch == epochs, row)
-                if stop:
+                stop_early = patience is not None and since >= patience
+                progress.epoch(epoch, stop_early or epoch == epochs, row)
+                if stop_early:
                     progress.line(
                         f"early stop at epoch {epoch}: no validation improvement for {patience} epochs"
                     )
+                    break
+                reason = stop() if stop is not None else None
+                if reason:
+                    interrupted = reason if isinstance(reason, str) else "stop"
                     break
         except TrainingDiverged:
             model.load_parameters(best_params if best_params is not None else initial)
@@ -217,8 +300,15 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     model.load_parameters(best_params)
     final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None))
     final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
+    if interrupted:
+        final["interrupted"] = True
     return TrainResult(
-        model=model, metrics=final, history=history, splits=splits if graph_level else None, config=config
+        model=model,
+        metrics=final,
+        history=history,
+        splits=splits if graph_level else None,
+        config=config,
+        interrupted=interrupted,
     )
 
 

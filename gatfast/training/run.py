@@ -15,8 +15,10 @@ import time
 import numpy as np
 
 from .. import _runtime
+from .. import _validate as V
 from .._io import atomic_write_text
-from ..data import GENERATED, GraphDataset, NodeDataset, load_dataset, without_edge_features
+from .._signals import deferred_interrupts
+from ..data import GENERATED, GraphDataset, NodeDataset, dataset_file, load_dataset, without_edge_features
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
 from .checkpoint import save_checkpoint
@@ -26,7 +28,7 @@ from .loop import TrainResult, fit
 from .progress import Progress
 from .splits import fold_splits
 
-__all__ = ["build_model", "dataset_source", "train"]
+__all__ = ["build_model", "check_outputs", "dataset_source", "train"]
 
 
 def train(dataset="karate", config=None, *, callback=None, stream=None, **options):
@@ -56,6 +58,17 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
         With ``folds`` set, ``result.folds`` holds the per-fold metrics and
         ``result.metrics`` their means plus ``test_accuracy_std``.
 
+    Notes
+    -----
+    Output paths (``save``, ``metrics_json``, the ``diagnose`` files) are
+    checked before the dataset is loaded (ValueError naming the option).
+    In the main thread, the first Ctrl-C or SIGTERM stops training at the
+    end of the current epoch, as early stopping would: the best parameters
+    so far are kept, the outputs are written with
+    ``metrics["interrupted"] = True``, and ``result.interrupted`` names the
+    signal. A second one aborts at once (KeyboardInterrupt); files being
+    written are left as they were. The previous handlers are restored.
+
     Examples
     --------
     >>> import gatfast
@@ -65,6 +78,8 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     """
     if config is not None and not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a gatfast.TrainConfig or None, got {type(config).__name__}")
+    # output paths are run options (presets never set them): check them before anything is loaded
+    diagnose_base = check_outputs((config or TrainConfig()).replace(**options), dataset)
     if isinstance(dataset, (NodeDataset, GraphDataset)):
         ds, source = dataset, dataset.name
         if config is None:
@@ -88,9 +103,7 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     if config.diagnose:
         from ..diagnostics import ThetaRFlowRecorder
 
-        base_path = os.path.splitext(config.save)[0] if config.save else os.path.join("runs", "diagnose")
-        os.makedirs(os.path.dirname(os.path.abspath(base_path)), exist_ok=True)
-        recorder = ThetaRFlowRecorder(base_path + "_diagnostics.csv")
+        recorder = ThetaRFlowRecorder(diagnose_base + "_diagnostics.csv")
         callback = _chain(recorder.fit_callback(), callback)
 
     progress = Progress(config.quiet, config.log_every, stream)
@@ -100,77 +113,108 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
     progress.line(f"dataset {ds.name}: {ds.task}, {size}, {in_features} features{edges}")
     recipe = " ".join(f"{k}={v}" for k, v in config.recipe().items())
     progress.line(f"options: {recipe} seed={config.seed}")
-    with _runtime.threads(config.threads):
+    # Ctrl-C / SIGTERM: the first stops training at the end of the epoch (the
+    # outputs are still written), a second one aborts at once (gatfast._signals)
+    with deferred_interrupts() as request, _runtime.threads(config.threads):
         if config.folds is not None:
-            result = _train_folds(ds, config, callback, progress)
+            result = _train_folds(ds, config, callback, progress, request)
         else:
             model = build_model(ds, config, config.seed)
-            opt = make_optimizer(
-                config.optimizer,
-                model.parameters(),
-                config.lr,
-                config.weight_decay,
-                config.momentum,
-                config.nesterov,
-            )
-            result = fit(model, ds, opt, config, callback=callback, stream=stream)
-    result.config = config
-    if config.save is not None:
-        meta = {
-            "dataset": source,
-            "task": ds.task,
-            "num_classes": int(ds.num_classes),
-            "normalize_features": bool(config.normalize_features),
-            "metrics": result.metrics,
-            "train_config": config.to_dict(),
-        }
-        if result.splits is not None:  # so that `gatfast evaluate` scores the same graphs
-            meta["splits"] = {k: v.tolist() for k, v in result.splits.items()}
-        save_checkpoint(config.save, result.model, meta)
-    if config.metrics_json is not None:
-        atomic_write_text(config.metrics_json, json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
+            opt = _optimizer(model, config)
+            result = fit(model, ds, opt, config, callback=callback, stream=stream, stop=request)
+        result.config = config
+        _write_outputs(result, ds, source, config)
     if recorder is not None:
         _finish_diagnostics(recorder, progress)
     return result
 
 
-def _train_folds(ds, config, callback, progress):
+def _optimizer(model, config):
+    return make_optimizer(
+        config.optimizer, model.parameters(), config.lr, config.weight_decay, config.momentum, config.nesterov
+    )
+
+
+def _write_outputs(result, ds, source, config):
+    """The checkpoint (``save``) and the metrics (``metrics_json``) of a finished or stopped run."""
+    if config.save is not None:
+        meta = {
+            "dataset": source,
+            "task": ds.task,
+            "num_classes": int(ds.num_classes),
+            "metrics": result.metrics,
+            "train_config": config.to_dict(),
+        }
+        if ds.preprocessing is not None:  # what was done to the features, not what the config asked
+            meta["preprocessing"] = ds.preprocessing
+        if result.splits is not None:  # so that `gatfast evaluate` scores the same graphs
+            meta["splits"] = {k: v.tolist() for k, v in result.splits.items()}
+        save_checkpoint(config.save, result.model, meta)
+    if config.metrics_json is not None:
+        atomic_write_text(config.metrics_json, json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
+
+
+def check_outputs(config, dataset):
+    """Check ``config``'s output paths before a run (see :func:`gatfast._validate.check_output_paths`).
+
+    Returns the base path of the ``diagnose`` files (None without
+    ``diagnose``). Without ``save`` they go to the documented default
+    ``runs/diagnose_diagnostics.csv``, whose directory is created.
+    """
+    inputs = []
+    if not isinstance(dataset, (NodeDataset, GraphDataset)):
+        inputs.append(("dataset", dataset_file(dataset)))
+    outputs = [("save", config.save), ("metrics_json", config.metrics_json)]
+    base = None
+    if config.diagnose:
+        if config.save:
+            base = os.path.splitext(config.save)[0]
+        else:
+            base = os.path.join("runs", "diagnose")
+            V.check_output_dir("diagnose", "runs", create_parents=True)
+        outputs += [("diagnose (CSV)", base + "_diagnostics.csv"), ("diagnose (plot)", base + "_diagnostics.png")]
+    V.check_output_paths(outputs, inputs)
+    return base
+
+
+def _train_folds(ds, config, callback, progress, stop):
+    """k-fold cross-validation; a stop request ends the current fold and skips the rest."""
     fold_metrics, result = [], None
     t0 = time.perf_counter()
     for k, split in enumerate(fold_splits(ds, config.folds, config.seed)):
         model = build_model(ds, config, config.seed + k)
-        opt = make_optimizer(
-            config.optimizer,
-            model.parameters(),
-            config.lr,
-            config.weight_decay,
-            config.momentum,
-            config.nesterov,
-        )
         result = fit(
-            model, ds, opt, config, splits=split, callback=callback, seed=config.seed + k, quiet=True
+            model, ds, _optimizer(model, config), config, splits=split, callback=callback,
+            seed=config.seed + k, quiet=True, stop=stop,
         )
-        fold_metrics.append(result.metrics)
+        fold_metrics.append({k: v for k, v in result.metrics.items() if k != "interrupted"})
         progress.line(
             f"fold {k + 1}/{config.folds}: test accuracy {result.metrics['test_accuracy']:.4f} "
             f"(best epoch {result.metrics['best_epoch']})"
         )
+        if result.interrupted:
+            break
     metrics = {}
     for key in fold_metrics[0]:
         values = np.array([m[key] for m in fold_metrics], dtype=float)
         metrics[key] = float(values.mean())
         if key.endswith("_accuracy") or key.endswith("_loss"):
             metrics[f"{key}_std"] = float(values.std())
-    metrics["folds"] = config.folds
+    metrics["folds"] = len(fold_metrics)  # fewer than config.folds when interrupted
     metrics["seconds"] = time.perf_counter() - t0
+    if result.interrupted:
+        metrics["interrupted"] = True
     return TrainResult(
-        model=result.model, metrics=metrics, history=result.history, folds=fold_metrics, splits=result.splits
+        model=result.model, metrics=metrics, history=result.history, folds=fold_metrics, splits=result.splits,
+        interrupted=result.interrupted,
     )
 
 
 def build_model(ds, config, seed):
     """The :class:`GATv2Network` that ``config`` describes, sized for dataset ``ds``."""
     out_features = ds.num_classes if ds.num_classes else target_width(ds)
+    V.check_network_size(ds.num_features, config.hidden, out_features, config.layers, config.heads,
+                         config.out_heads, config.readout)
     return GATv2Network(
         ds.num_features,
         config.hidden,
