@@ -87,7 +87,7 @@ def _add_config_options(parser):
             kwargs["choices"] = list(option.choices)
         else:
             kwargs["type"] = _option_type(option)
-            kwargs["metavar"] = "PATH" if option.kind is os.PathLike else name.upper()
+            kwargs["metavar"] = {os.PathLike: "PATH", tuple: "K[,K...]"}.get(option.kind, name.upper())
         group.add_argument(flag, **kwargs)
 
 

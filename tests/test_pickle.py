@@ -47,7 +47,7 @@ def test_layer_round_trip_predicts_bit_for_bit(karate):
 def test_node_level_network_round_trip(karate):
     model = GATv2Network(34, 4, 2, heads=2, seed=0)
     copy = round_trip(model)
-    np.testing.assert_array_equal(copy.predict(karate.graph, karate.x), model.predict(karate.graph, karate.x))
+    np.testing.assert_array_equal(copy.output(karate.graph, karate.x), model.output(karate.graph, karate.x))
     # training-mode output (dropout) continues the same random stream
     a, _ = model.forward(karate.graph, karate.x, training=True)
     b, _ = copy.forward(karate.graph, karate.x, training=True)
@@ -58,7 +58,7 @@ def test_graph_level_network_round_trip(mutag):
     model = GATv2Network(mutag.num_features, 4, 2, heads=2, readout="sum", seed=0)
     graph, x, ptr, _ = mutag.batch(np.arange(20))
     copy = round_trip(model)
-    np.testing.assert_array_equal(copy.predict(graph, x, ptr), model.predict(graph, x, ptr))
+    np.testing.assert_array_equal(copy.output(graph, x, ptr), model.output(graph, x, ptr))
 
 
 def test_fitted_classifier_round_trip(karate):
@@ -81,7 +81,7 @@ def test_datasets_round_trip(karate, mutag):
     for a, b in zip(graphs.batch(np.arange(len(mutag))), mutag.batch(np.arange(len(mutag)))):
         np.testing.assert_array_equal(getattr(a, "indptr", a), getattr(b, "indptr", b))
     model = GATv2Network(34, 4, 2, heads=2, seed=0)
-    np.testing.assert_array_equal(model.predict(node.graph, node.x), model.predict(karate.graph, karate.x))
+    np.testing.assert_array_equal(model.output(node.graph, node.x), model.output(karate.graph, karate.x))
 
 
 @pytest.mark.slow
@@ -91,7 +91,7 @@ def test_prediction_in_a_child_process(method, karate):
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"no {method} start method on this platform")
     model = GATv2Network(34, 4, 2, heads=2, seed=0)
-    expected = model.predict(karate.graph, karate.x)
+    expected = model.output(karate.graph, karate.x)
     ctx = multiprocessing.get_context(method)
     with ctx.Pool(1) as pool:
         # a bound method pickles its instance: the child unpickles model and dataset

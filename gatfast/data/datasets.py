@@ -38,15 +38,21 @@ def _check_edge_attr(edge_attr, graph, name):
 
 
 class Batch(tuple):
-    """A mini-batch of graphs: unpacks as ``(graph, x, graph_ptr, y)``; ``edge_attr`` rides along."""
+    """A mini-batch of graphs: unpacks as ``(graph, x, graph_ptr, y)``.
 
-    def __new__(cls, graph, x, graph_ptr, y, edge_attr=None):
+    ``edge_attr`` (edge features in the batch graph's CSR order, or None),
+    ``graph_ids``, ``node_ids`` and ``edge_ids`` (ids in the whole dataset,
+    for keyed randomness) ride along.
+    """
+
+    def __new__(cls, graph, x, graph_ptr, y, edge_attr=None, graph_ids=None, node_ids=None, edge_ids=None):
         batch = super().__new__(cls, (graph, x, graph_ptr, y))
         batch.edge_attr = edge_attr
+        batch.graph_ids, batch.node_ids, batch.edge_ids = graph_ids, node_ids, edge_ids
         return batch
 
     def __reduce__(self):
-        return (Batch, (*self, self.edge_attr))
+        return (Batch, (*self, self.edge_attr, self.graph_ids, self.node_ids, self.edge_ids))
 
     graph = property(lambda self: self[0], doc="The block-diagonal graph.")
     x = property(lambda self: self[1], doc="The stacked node features.")
@@ -250,7 +256,16 @@ class GraphDataset:
             y = np.asarray(self.y)[idx]
         # batch_graphs stacks the rows graph after graph, so CSR orders concatenate
         edge_attr = None if not self.edge_attrs else np.concatenate([self.edge_attrs[i] for i in idx], axis=0)
-        return Batch(graph, x, graph_ptr, y, edge_attr)
+        node_start, edge_start = self._offsets()
+        node_ids = np.concatenate([np.arange(node_start[i], node_start[i + 1]) for i in idx])
+        edge_ids = np.concatenate([np.arange(edge_start[i], edge_start[i + 1]) for i in idx])
+        return Batch(graph, x, graph_ptr, y, edge_attr, idx.copy(), node_ids, edge_ids)
+
+    def _offsets(self):
+        """Where each graph's nodes and edges start in the whole dataset (for global ids)."""
+        sizes = np.array([g.num_nodes for g in self.graphs], dtype=np.int64)
+        nnzs = np.array([g.nnz for g in self.graphs], dtype=np.int64)
+        return np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(nnzs)])
 
     def folds(self, k=10, seed=0):
         """Split the graphs into ``k`` folds, stratified by class.

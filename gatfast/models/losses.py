@@ -9,8 +9,14 @@ from .. import _validate as V
 __all__ = ["accuracy", "mse_loss", "softmax_cross_entropy"]
 
 
-def softmax_cross_entropy(logits, y, mask=None):
-    """Mean softmax cross-entropy over the selected rows, and its gradient.
+def _check_reduction(reduction):
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    return reduction
+
+
+def softmax_cross_entropy(logits, y, mask=None, reduction="mean"):
+    """Softmax cross-entropy over the selected rows (mean or sum), and its gradient.
 
     Parameters
     ----------
@@ -20,14 +26,20 @@ def softmax_cross_entropy(logits, y, mask=None):
         ``[0, num_classes)`` (others, e.g. ``-1`` for unlabelled, are ignored).
     mask : ndarray of bool (n,) or unique int indices, optional
         Rows that count; default all rows. Must select at least one row.
+    reduction : {"mean", "sum"}, default "mean"
+        Average over the ``m`` selected rows, or add them up (data-parallel
+        shards add their sums, then divide once).
 
     Returns
     -------
     loss : float
-        ``mean_i (logsumexp(logits_i) - logits_i[y_i])`` over the selected rows.
+        ``mean_i (logsumexp(logits_i) - logits_i[y_i])`` over the selected
+        rows (or the sum).
     grad_logits : ndarray, shape and dtype of ``logits``
-        ``(softmax(logits_i) - onehot(y_i)) / m`` on selected rows, zero elsewhere.
+        ``(softmax(logits_i) - onehot(y_i)) / m`` on selected rows (without
+        ``/ m`` for the sum), zero elsewhere.
     """
+    _check_reduction(reduction)
     logits = V.float_array(logits, "logits")
     if logits.ndim != 2 or logits.shape[1] < 1:
         raise ValueError(f"logits must be 2-D (n, num_classes), got shape {logits.shape}")
@@ -46,10 +58,12 @@ def softmax_cross_entropy(logits, y, mask=None):
     e = np.exp(z)
     s = e.sum(axis=1, keepdims=True)
     picked = z[np.arange(idx.size), yy]
-    loss = float(np.mean(np.log(s[:, 0]) - picked))
+    losses = np.log(s[:, 0]) - picked
+    loss = float(np.mean(losses) if reduction == "mean" else np.sum(losses))
     g = e / s
     g[np.arange(idx.size), yy] -= 1
-    g /= logits.dtype.type(idx.size)
+    if reduction == "mean":
+        g /= logits.dtype.type(idx.size)
     grad = np.zeros_like(logits)
     grad[idx] = g
     return loss, grad
@@ -64,8 +78,8 @@ def _labels(y, n, name="y"):
     return y
 
 
-def mse_loss(pred, target, mask=None):
-    """Mean squared error over the selected elements, and its gradient.
+def mse_loss(pred, target, mask=None, reduction="mean"):
+    """Squared error over the selected elements (mean or sum), and its gradient.
 
     Parameters
     ----------
@@ -73,14 +87,17 @@ def mse_loss(pred, target, mask=None):
     mask : ndarray of bool, optional
         Either over rows (shape ``(n,)``, or unique int row indices) or over
         elements (the shape of ``pred``). Default: everything.
+    reduction : {"mean", "sum"}, default "mean"
+        Divide by the number of selected elements, or not.
 
     Returns
     -------
     loss : float
-        ``sum(mask * (pred - target)**2) / count``.
+        ``sum(mask * (pred - target)**2) / count`` (no ``/ count`` for the sum).
     grad : ndarray, shape and dtype of ``pred``
         ``2 (pred - target) / count`` on selected elements, zero elsewhere.
     """
+    _check_reduction(reduction)
     pred = V.float_array(pred, "pred")
     target = V.float_array(target, "target")
     if pred.ndim < 1:
@@ -98,9 +115,10 @@ def mse_loss(pred, target, mask=None):
     if count == 0:
         raise ValueError("mask must select at least one element, got none")
     diff = np.where(sel, diff, pred.dtype.type(0))
-    loss = float(np.sum(diff * diff) / count)
-    grad = diff * pred.dtype.type(2.0 / count)
-    return loss, grad
+    total = np.sum(diff * diff)
+    if reduction == "sum":
+        return float(total), diff * pred.dtype.type(2.0)
+    return float(total / count), diff * pred.dtype.type(2.0 / count)
 
 
 def accuracy(logits, y, mask=None):

@@ -12,98 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import _validate as V
+from .options import Option
+from .options import option_field as _opt
 
 __all__ = ["PRESETS", "Option", "TrainConfig", "preset_for"]
 
-
-@dataclass(frozen=True)
-class Option:
-    """How one field of :class:`TrainConfig` is checked and shown.
-
-    Attributes
-    ----------
-    help : str
-        One line for ``--help`` and the docs.
-    group : str
-        ``"model"``, ``"data"``, ``"optimisation"``, ``"runtime"`` or ``"output"``.
-    kind : type
-        ``int``, ``float``, ``bool``, ``str``, ``os.PathLike`` (a path) or
-        ``numpy.dtype`` (a dtype, stored by name).
-    choices : tuple, optional
-        Allowed values (besides None when ``optional``).
-    low, high : float, optional
-        Bounds, inclusive unless ``low_open`` / ``high_open``.
-    optional : bool
-        None is allowed (it means "off" or "not set"; the help says which).
-    recipe : bool
-        Part of a training recipe (presets set only these); run options such
-        as output paths are not.
-    """
-
-    help: str
-    group: str
-    kind: type
-    choices: tuple = None
-    low: float = None
-    high: float = None
-    low_open: bool = False
-    high_open: bool = False
-    optional: bool = False
-    recipe: bool = True
-
-    def check(self, name, value):
-        """``value`` converted to the field's type, or TypeError/ValueError naming ``name``."""
-        if value is None:
-            if self.optional:
-                return None
-            raise TypeError(f"{name} must not be None")
-        kind = self.kind
-        if kind is bool:
-            if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {type(value).__name__}")
-            return bool(value)
-        if kind is int:
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            value = int(value)
-        elif kind is float:
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-            value = float(value)
-            if not np.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
-        elif kind is os.PathLike:
-            if not isinstance(value, (str, os.PathLike)):
-                raise TypeError(f"{name} must be a path (str or os.PathLike), got {type(value).__name__}")
-            value = os.fspath(value)
-            if not value:
-                raise ValueError(f"{name} must be a non-empty path")
-        elif kind is np.dtype:
-            try:
-                value = np.dtype(value).name
-            except TypeError:
-                raise TypeError(f"{name} must be 'float32' or 'float64' (or the NumPy type), got {value!r}") from None
-        elif kind is str:
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(f"{name} must be one of {list(self.choices)!r}, got {value!r}")
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            raise ValueError(f"{name} must be {'>' if self.low_open else '>='} {self.low:g}, got {value}")
-        if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
-            raise ValueError(f"{name} must be {'<' if self.high_open else '<='} {self.high:g}, got {value}")
-        return value
-
-
-def _opt(default, help, group, kind, **kw):
-    return field(default=default, metadata={"option": Option(help, group, kind, **kw)})
 
 
 @dataclass(frozen=True)
@@ -195,7 +114,9 @@ class TrainConfig:
         low=0,
         optional=True,
     )
-    batch_size: int = _opt(32, "graphs per mini-batch (graph datasets)", "optimisation", int, low=1)
+    batch_size: int = _opt(
+        32, "graphs (graph datasets) or seed nodes (with --fanout) per mini-batch", "optimisation", int, low=1
+    )
     clip_norm: float | None = _opt(
         None,
         "clip the global gradient norm to this value (None: no clipping)",
@@ -220,7 +141,34 @@ class TrainConfig:
         str,
         choices=("linear", "pairwise"),
     )
+    fanout: tuple | None = _opt(
+        None,
+        "neighbour sampling: in-edges kept per node and layer, input layer first, e.g. 10,10 "
+        "(None: full-batch training); node datasets only",
+        "optimisation",
+        tuple,
+        low=1,
+        optional=True,
+    )
+    eval_fanout: tuple | None = _opt(
+        None,
+        "with --fanout: sample this many in-edges per node and layer when evaluating (None: every in-edge, "
+        "layer by layer over chunks of nodes)",
+        "optimisation",
+        tuple,
+        low=1,
+        optional=True,
+    )
     # ------------------------------------------------------------------ runtime
+    shards: int = _opt(
+        1,
+        "split every batch into this many shards whose gradients are added in a fixed order (the unit of "
+        "data-parallel work; the result does not depend on it beyond rounding)",
+        "runtime",
+        int,
+        low=1,
+        recipe=False,
+    )
     seed: int = _opt(
         0, "random seed (initialisation, dropout, batches, splits)", "runtime", int, low=0, recipe=False
     )

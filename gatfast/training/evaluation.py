@@ -34,8 +34,10 @@ def node_targets(y):
     return y if y.ndim == 2 else y.reshape(-1, 1)
 
 
-def eval_nodes(model, ds):
-    logits = finite_output(model.output(ds.graph, ds.x, edge_attr=ds.edge_attr), f"on dataset {ds.name!r}")
+def eval_nodes(model, ds, outputs=None):
+    """Loss and accuracy per mask of a node dataset; ``outputs(model, ds)`` gives the logits (default: whole graph)."""
+    out = outputs(model, ds) if outputs is not None else model.output(ds.graph, ds.x, edge_attr=ds.edge_attr)
+    logits = finite_output(out, f"on dataset {ds.name!r}")
     metrics = {}
     for split in ("train", "val", "test"):
         mask = getattr(ds, f"{split}_mask")
@@ -126,9 +128,10 @@ def check_compatible(model, dataset):
         )
 
 
-def evaluate_splits(model, dataset, splits):
+def evaluate_splits(model, dataset, splits, outputs=None):
+    """Metrics per split: the masks of a node dataset (``splits`` None), or graph splits."""
     if splits is None:
-        return eval_nodes(model, dataset)
+        return eval_nodes(model, dataset, outputs)
     metrics = {}
     for split in ("train", "val", "test"):
         if len(splits.get(split, ())):

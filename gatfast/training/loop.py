@@ -6,19 +6,21 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from .._validate import NonFiniteError, all_finite
 from ..data import GraphDataset
-from ..models import mse_loss, softmax_cross_entropy
 from ..models.network import GATv2Network
-from ..optim import clip_grad_norm
+from ..sampling import NeighborSampler
 from .config import TrainConfig
 from .errors import NonFiniteOutput, TrainingDiverged
 from .evaluation import check_compatible, evaluate_splits, node_targets, task_metrics
+from .inference import node_outputs
 from .progress import Progress
 from .splits import check_splits, default_graph_splits
+from .steps import add_shards, apply_step, epoch_plans, shard_gradients, split_shards
 
 __all__ = ["BLOWUP_FACTOR", "TrainResult", "blown_up", "constant_loss", "fit"]
 
@@ -168,7 +170,7 @@ def _selection_metrics(metrics):
 
 
 def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, stream=None, stop=None,
-        **options):
+        executor=None, **options):
     """Train ``model`` on ``dataset`` and restore the best validation epoch.
 
     Parameters
@@ -182,7 +184,8 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         neither the validation accuracy nor the validation loss improved for
         that many epochs; None never stops), ``theta_r``, ``clip_norm``,
         ``batch_size`` (graph datasets), ``seed`` (dropout masks and batch
-        order), ``quiet`` and ``log_every``. Default: ``TrainConfig()``.
+        order), ``fanout``/``eval_fanout`` (neighbour sampling), ``shards``,
+        ``quiet`` and ``log_every``. Default: ``TrainConfig()``.
     splits : dict, optional
         Graph datasets: ``{"train": idx, "val": idx, "test": idx}``
         (default: a seeded 80/10/10 split).
@@ -201,6 +204,10 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         stopping does: the best parameters so far are restored and the
         result has ``interrupted`` set and ``metrics["interrupted"] = True``.
         :func:`gatfast.train` passes the Ctrl-C/SIGTERM stop request.
+    executor : callable, optional
+        ``executor(model, plan, shards, config) -> list of ShardResult``
+        computes a step's shards elsewhere (``gatfast.distributed``); the
+        default computes them here, one after the other.
     **options
         Fields of :class:`TrainConfig` that replace those of ``config``.
 
@@ -226,7 +233,6 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     check_compatible(model, dataset)
     _check_finite_inputs(dataset)
     epochs, patience = config.epochs, config.patience
-    rng = np.random.default_rng(config.seed)
     params = model.parameters()
     t0 = time.perf_counter()
     history, best, best_params, best_epoch, interrupted = [], None, None, 0, None
@@ -237,6 +243,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
             splits = default_graph_splits(dataset, config.seed)
         splits = check_splits(dataset, splits)
     _check_classes(dataset, splits if graph_level else None)
+    sampler, outputs = _sampled_setup(model, dataset, config)
     constant = constant_loss(dataset, _training_targets(dataset, splits if graph_level else None))
     first_loss = None
 
@@ -247,16 +254,11 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         try:
             for epoch in range(1, epochs + 1):
                 with _divergence(epoch, "an activation inside the model"):
-                    if graph_level:
-                        loss, grads, first = _graph_epoch(
-                            model, dataset, optimizer, splits["train"], rng, config, epoch
-                        )
-                    else:
-                        loss, grads = _node_step(model, dataset, optimizer, rng, config, epoch)
-                        first = {"graph": dataset.graph, "x": dataset.x, "edge_attr": dataset.edge_attr}
+                    loss, grads, first = _run_epoch(model, dataset, optimizer, config, splits, epoch, executor,
+                                                    sampler, progress)
                 _check_finite_params(params, epoch)
                 with _divergence(epoch, "an activation inside the model after the update"):
-                    metrics = evaluate_splits(model, dataset, splits if graph_level else None)
+                    metrics = evaluate_splits(model, dataset, splits if graph_level else None, outputs)
                 first_loss = loss if first_loss is None else first_loss
                 # the step's loss (before the update) and the updated model's training loss
                 worst = max(loss, metrics.get("train_loss", loss))
@@ -298,7 +300,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
             raise
 
     model.load_parameters(best_params)
-    final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None))
+    final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None, outputs))
     final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
     if interrupted:
         final["interrupted"] = True
@@ -312,70 +314,47 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     )
 
 
-def _step(model, optimizer, graph, x, graph_ptr, edge_attr, loss_fn, rng, config, epoch):
-    """Forward in training mode, loss, backward, optional clipping, update.
-
-    ``loss_fn(out) -> (loss, grad_out)``. Raises TrainingDiverged before the
-    update if the output, the loss or a gradient is not finite.
-    """
-    out, cache = model.forward(graph, x, graph_ptr, training=True, rng=rng, edge_attr=edge_attr)
-    if not all_finite(out):
-        raise TrainingDiverged(epoch, "the model output")
-    loss, grad = loss_fn(out)
-    if not np.isfinite(loss):
-        raise TrainingDiverged(epoch, "the training loss")
-    grads = model.backward(cache, grad, theta_r=config.theta_r)
-    _check_finite_grads(grads, epoch)
-    if config.clip_norm is not None:
-        clip_grad_norm(grads, config.clip_norm)
-    optimizer.step(grads)
-    return float(loss), grads
+def _sampled_setup(model, dataset, config):
+    """The neighbour sampler and the evaluation outputs of sampled node training (None, None otherwise)."""
+    if config.fanout is None:
+        return None, None
+    if isinstance(dataset, GraphDataset):
+        raise ValueError("fanout (neighbour sampling) is for node datasets; graph datasets train on whole graphs")
+    if len(config.fanout) != model.num_layers:
+        raise ValueError(f"fanout must have one entry per layer ({model.num_layers}), got {list(config.fanout)}")
+    if config.eval_fanout is not None and len(config.eval_fanout) != model.num_layers:
+        raise ValueError(f"eval_fanout must have one entry per layer ({model.num_layers}), "
+                         f"got {list(config.eval_fanout)}")
+    sampler = NeighborSampler(dataset.graph, config.fanout, dataset.train_mask, config.batch_size, seed=config.seed)
+    return sampler, partial(node_outputs, config=config)
 
 
-def _node_step(model, ds, optimizer, rng, config, epoch):
-    if ds.task == "node_classification":
-
-        def loss_fn(out):
-            return softmax_cross_entropy(out, ds.y, ds.train_mask)
-    else:
-
-        def loss_fn(out):
-            return mse_loss(out, node_targets(ds.y).astype(out.dtype), ds.train_mask)
-
-    return _step(model, optimizer, ds.graph, ds.x, None, ds.edge_attr, loss_fn, rng, config, epoch)
+def _local_shards(model, dataset, plan, shards, config, sampled):
+    """The shards of one step, computed here one after the other."""
+    if len(shards) == 1:
+        return [shard_gradients(model, dataset, plan, shards[0], config, sampled)]
+    return [shard_gradients(model, dataset, plan, items, config) for items in shards]
 
 
-def _graph_epoch(model, ds, optimizer, train_idx, rng, config, epoch):
-    """One pass over the shuffled training graphs.
-
-    Returns the epoch's mean training loss (weighted like the evaluation:
-    per graph, or per target entry for regression), the first batch's
-    gradients and that batch (for the callback).
-    """
-    order = rng.permutation(train_idx)
-    total, count = 0.0, 0
-    first_grads, first = None, None
-    batch_size = config.batch_size
-    for start in range(0, len(order), batch_size):
-        idx = np.sort(order[start : start + batch_size])
-        batch = ds.batch(idx)
-        graph, x, graph_ptr, y = batch
-        if ds.task == "graph_classification":
-
-            def loss_fn(out, y=y):
-                return softmax_cross_entropy(out, y)
-        else:
-
-            def loss_fn(out, y=y):
-                return mse_loss(out, node_targets(y).astype(out.dtype))
-
-        loss, grads = _step(
-            model, optimizer, graph, x, graph_ptr if model.readout else None, batch.edge_attr, loss_fn, rng, config,
-            epoch
-        )
-        if start == 0:
-            first_grads, first = grads, {"graph": graph, "x": x, "graph_ptr": graph_ptr, "edge_attr": batch.edge_attr}
-        n = len(idx) if ds.task == "graph_classification" else int(np.size(y))
-        total += float(loss) * n
-        count += n
-    return total / count, first_grads, first
+def _run_epoch(model, dataset, optimizer, config, splits, epoch, executor, sampler, progress):
+    """Every step of one epoch; returns the mean training loss, the first step's gradients and batch."""
+    plans = epoch_plans(dataset, config, splits, epoch)
+    # sampled training: the sampler yields the same batches as the plans (same keys), one ahead
+    batches = sampler.epoch(epoch) if sampler is not None and config.shards == 1 and executor is None else None
+    loss_sum, count, first = 0.0, 0, None
+    with progress.batches(len(plans), epoch) as tick:
+        for plan in plans:
+            sampled = next(batches) if batches is not None else None
+            shards = split_shards(plan.items, config.shards)
+            if executor is None:
+                results = _local_shards(model, dataset, plan, shards, config, sampled)
+            else:
+                results = executor(model, plan, shards, config)
+            total = add_shards(results)
+            apply_step(optimizer, total, config, epoch)
+            loss_sum += total.loss_sum
+            count += total.count
+            if first is None:
+                first = (total.grads, total.batch)
+            tick()
+    return loss_sum / count, first[0], first[1]

@@ -71,6 +71,10 @@ class Progress:
         else:
             print(text, file=self.stream, flush=True)
 
+    def batches(self, total, epoch):
+        """A context giving ``tick()`` per batch: a tqdm bar of the epoch's batches (time left) on a terminal."""
+        return _BatchBar(self, total, epoch)
+
     def close(self):
         """Remove the bar (lines stay)."""
         if self._bar is not None:
@@ -89,4 +93,26 @@ def _isatty(stream):
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
+        return False
+
+
+class _BatchBar:
+    def __init__(self, progress, total, epoch):
+        self.bar = None
+        if not progress.quiet and progress._bar is not None and total > 1:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=f"epoch {epoch}", unit="batch", file=progress.stream, leave=False,
+                            dynamic_ncols=True, position=1)
+
+    def __enter__(self):
+        return self.tick
+
+    def tick(self):
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
         return False

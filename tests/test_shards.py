@@ -1,0 +1,83 @@
+"""Training steps split into shards: the same result as the whole batch, and sampled training."""
+
+import numpy as np
+import pytest
+
+import gatfast
+from gatfast import RandomKeys
+from gatfast.data import load_dataset, make_csbm
+from gatfast.training import TrainConfig, build_model
+from gatfast.training.steps import add_shards, epoch_plans, shard_gradients, split_shards
+
+pytestmark = pytest.mark.usefixtures("one_numba_thread")
+
+
+def _grads_of_plan(model, ds, config, plan, shards):
+    results = [shard_gradients(model, ds, plan, items, config) for items in split_shards(plan.items, shards)]
+    return add_shards(results)
+
+
+@pytest.mark.parametrize(
+    "dataset, options",
+    [
+        ("karate", dict()),  # full batch, dropout 0.6 on features and attention
+        ("mutag", dict(dropout=0.3, attention_dropout=0.3)),  # graph batches with edge features
+        ("csbm", dict(fanout=(4, 3), batch_size=40)),  # sampled blocks, dropout
+        ("traffic_scenes", dict(dropout=0.2)),  # per-node regression on many graphs
+    ],
+)
+def test_shards_add_up_to_the_whole_batch(dataset, options):
+    """Keyed randomness: any split of a batch sees the same masks and samples, so only rounding differs."""
+    ds = load_dataset(dataset, dtype=np.float64, **({"num_nodes": 300} if dataset == "csbm" else {}))
+    if dataset == "traffic_scenes":
+        ds = gatfast.data.make_traffic_scenes(num_graphs=40, seed=0, dtype=np.float64)
+    config = TrainConfig.preset(gatfast.training.preset_for(ds), dtype="float64", **options)
+    model = build_model(ds, config, seed=0)
+    splits = gatfast.training.splits.default_graph_splits(ds, 0) if hasattr(ds, "graphs") else None
+    plan = epoch_plans(ds, config, splits, epoch=3)[0]
+    whole = _grads_of_plan(model, ds, config, plan, 1)
+    for shards in (2, 3):
+        split = _grads_of_plan(model, ds, config, plan, shards)
+        assert split.count == whole.count
+        assert split.loss_sum == pytest.approx(whole.loss_sum, rel=1e-12)
+        for name, g in whole.grads.items():
+            np.testing.assert_allclose(split.grads[name], g, rtol=1e-10, atol=1e-13, err_msg=name)
+
+
+def test_training_with_shards_matches_one_shard():
+    ds = make_csbm(num_nodes=200, seed=1, dtype=np.float64)
+    runs = [gatfast.train(ds, epochs=4, fanout=(3, 3), batch_size=32, shards=s, dtype="float64", quiet=True)
+            for s in (1, 4)]
+    for a, b in zip(runs[0].history, runs[1].history):
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), key
+    pa, pb = runs[0].model.parameters(), runs[1].model.parameters()
+    for k in pa:
+        np.testing.assert_allclose(pa[k], pb[k], rtol=1e-9, atol=1e-12, err_msg=k)
+
+
+def test_keyed_dropout_depends_on_the_node_not_the_batch():
+    keys = RandomKeys(5, 1, 2).child(1, 0)
+    from gatfast.models import apply_dropout
+
+    x = np.ones((6, 4))
+    a, _ = apply_dropout(x, 0.5, keys, np.array([10, 11, 12, 13, 14, 15]))
+    b, _ = apply_dropout(x[:2], 0.5, keys, np.array([13, 11]))
+    np.testing.assert_array_equal(b[0], a[3])
+    np.testing.assert_array_equal(b[1], a[1])
+    assert 0 < np.count_nonzero(a) < a.size
+
+
+def test_sampled_training_learns_cora():
+    result = gatfast.train("cora", fanout=(10, 10), batch_size=256, epochs=40, patience=None, quiet=True, seed=0)
+    assert result.metrics["val_accuracy"] > 0.6 and result.metrics["test_accuracy"] > 0.6
+
+
+def test_fanout_errors_name_the_option():
+    with pytest.raises(ValueError, match="fanout must have one entry per layer"):
+        gatfast.train("karate", fanout=(5,), epochs=1, quiet=True)
+    with pytest.raises(ValueError, match="fanout .*node datasets"):
+        gatfast.train("mutag", fanout=(5, 5, 5), epochs=1, quiet=True)
+    with pytest.raises(ValueError, match="fanout entries must be >= 1"):
+        TrainConfig(fanout=(5, 0))
+    assert TrainConfig(fanout="10,-1").fanout == (10, -1)
