@@ -58,6 +58,8 @@ def _file_mode(path):
 
 def pid_alive(pid):
     """Whether process ``pid`` exists (True when unsure, so nothing in use is removed)."""
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process there
+        return True
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:

@@ -219,3 +219,16 @@ def test_absurd_sizes_fail_fast_in_train_and_the_estimator():
     ds = load_karate()
     with pytest.raises(ValueError, match="num_layers must be <= 64"):
         gatfast.GATv2Classifier(num_layers=10**6).fit(ds.graph, ds.x, ds.y)
+
+
+def test_a_directory_named_like_a_shipped_dataset_does_not_hide_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "karate").mkdir()
+    (tmp_path / "mutag").mkdir()
+    assert load_dataset("mutag").name == "mutag"
+    status = main(["train", "--dataset", "mutag", "--epochs", "1", "--quiet", "--layers", "1", "--hidden", "2",
+                   "--heads", "1", "--save", "m.npz"])
+    assert status == 0, capsys.readouterr().err
+    assert load_checkpoint(tmp_path / "m.npz")[1]["dataset"] == "mutag"
+    status = main(["train", "--dataset", str(tmp_path / "karate")])
+    assert status == 2 and "is a directory" in capsys.readouterr().err

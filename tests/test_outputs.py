@@ -177,3 +177,9 @@ def test_quick_outputs_say_so_in_their_titles(tmp_path):
     assert res.markdown.splitlines()[0] == "# " + res.title
     assert (tmp_path / "q" / "summary.md").read_text(encoding="utf-8").startswith("# " + res.title)
     assert len(res.runs) == 1
+
+
+def test_only_quick_runs_are_titled_as_smoke_runs():
+    from gatfast.diagnostics.pitfall_report import report_title
+
+    assert "quick" not in report_title(False) and "not the published result" in report_title(True)

@@ -104,12 +104,13 @@ def dataset_file(path_or_name):
     if text in GENERATED:
         return None
     path = Path(text)
-    if path.suffix != ".npz" and not path.exists():
+    if path.suffix != ".npz" and not path.is_file():  # a shipped name (a directory "cora" does not hide it)
         candidate = DATA_DIR / f"{text}.npz"
-        if not candidate.is_file():
+        if path.name == text and candidate.is_file():  # bare names only
+            return candidate
+        if not path.exists():
             raise ValueError(
                 "path_or_name must be 'karate', 'csbm', 'traffic_scenes', a dataset name in "
                 f"{DATA_DIR} or a .npz path, got {text!r}"
             )
-        path = candidate
     return path

@@ -239,8 +239,8 @@ def build_model(ds, config, seed):
 def dataset_source(dataset):
     """How ``load_dataset`` finds ``dataset`` again: a name it knows, or an absolute path."""
     text = os.fspath(dataset)
-    if text in GENERATED or not os.path.exists(text):
-        return text
+    if text in GENERATED or not os.path.isfile(text):
+        return text  # a name: load_dataset looks it up again
     return os.path.abspath(text)
 
 
