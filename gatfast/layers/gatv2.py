@@ -158,6 +158,8 @@ class GATv2Layer:
         if seed is not None and not isinstance(seed, (numbers.Integral, np.random.Generator)):
             raise TypeError(f"seed must be None, an int or a numpy.random.Generator, got {type(seed).__name__}")
         self._rng = np.random.default_rng(seed)
+        # the documented caps (gatfast._validate), before anything is allocated
+        V.check_network_size(self.in_features, self.out_features, self.out_features, 1, self.heads, self.heads)
         self.params = ParamDict(self._shapes(), self.dtype)
         self.reset_parameters()
         self._workspace = Workspace()
