@@ -5,9 +5,8 @@ Importing gatfast changes nothing in the process; what it sets later, and
 when, is listed in ``gatfast/_runtime.py``.
 """
 
-from . import data, diagnostics, models
+from . import data, diagnostics, estimators, models
 from ._validate import NonFiniteError
-from .estimators import GATv2Classifier
 from .graph import CSRGraph, batch_graphs
 from .layers import GATv2Layer, LayerCache
 from .models import GATv2Network
@@ -28,6 +27,7 @@ __version__ = "0.2.0"
 __all__ = [
     "CSRGraph",
     "GATv2Classifier",
+    "GATv2GraphClassifier",
     "GATv2Layer",
     "GATv2Network",
     "LayerCache",
@@ -42,6 +42,7 @@ __all__ = [
     "clip_grad_norm",
     "data",
     "diagnostics",
+    "estimators",
     "evaluate",
     "fit",
     "load_checkpoint",
@@ -50,3 +51,10 @@ __all__ = [
     "train",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    # the estimators import scikit-learn (optional) on first use, never at `import gatfast`
+    if name in estimators.__all__:
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'gatfast' has no attribute {name!r}")

@@ -21,6 +21,10 @@ class ParamDict(dict):
         self._shapes = dict(shapes)
         self._dtype = np.dtype(dtype)
 
+    def __reduce__(self):
+        # rebuild the declared shapes first, then assign (and so check) every array
+        return (type(self), (self._shapes, self._dtype), None, None, iter(self.items()))
+
     @property
     def shapes(self):
         """Declared shape of every parameter."""
