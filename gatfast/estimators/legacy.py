@@ -23,7 +23,17 @@ _MESSAGE = (
 
 
 def is_graph(value):
-    """True for a graph (a CSRGraph or a scipy matrix): the first argument of the deprecated calls."""
+    """Whether ``value`` is a graph, the first argument of the deprecated calls.
+
+    Parameters
+    ----------
+    value : object
+
+    Returns
+    -------
+    bool
+        True for a CSRGraph or a scipy.sparse matrix.
+    """
     return isinstance(value, CSRGraph) or sp.issparse(value)
 
 

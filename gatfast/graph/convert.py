@@ -83,9 +83,22 @@ ROWS_WARNING = (
 
 
 def direction_is_ambiguous(A, keep_zeros=False):
-    """True if ``A`` is a square scipy matrix whose sparsity pattern is not symmetric (values ignored;
-    explicit zeros count as entries with ``keep_zeros``): reading its rows as targets or as sources
-    then gives different graphs."""
+    """Whether reading ``A``'s rows as targets or as sources gives different graphs.
+
+    Parameters
+    ----------
+    A : object
+        Anything; only a square scipy.sparse matrix can be ambiguous.
+    keep_zeros : bool, default False
+        Count explicit zeros as entries (as ``from_scipy`` does with edge
+        attributes); otherwise duplicates are summed and zeros dropped.
+
+    Returns
+    -------
+    bool
+        True iff ``A`` is a square scipy matrix whose sparsity pattern is
+        not symmetric (values are ignored). O(nnz + n).
+    """
     if not sp.issparse(A) or A.ndim != 2 or A.shape[0] != A.shape[1]:
         return False
     pattern = sp.csr_array(A, copy=True)
@@ -135,9 +148,30 @@ def _as_numpy(value):
 
 
 def from_pyg_data(data, want_edge_attr=None):
-    """``(edge_index, num_nodes, edge_attr or None)`` as NumPy arrays from a PyG ``Data`` object (or any
-    object with ``edge_index``, ``num_nodes`` and optionally ``edge_attr``); ``want_edge_attr``: None
-    (the attributes iff there are some), True or False."""
+    """The arrays of a PyG ``Data`` object, without importing torch.
+
+    Parameters
+    ----------
+    data : object
+        A ``torch_geometric.data.Data``, or any object with ``edge_index``,
+        ``num_nodes`` and optionally ``edge_attr`` (tensors or arrays).
+    want_edge_attr : bool, optional
+        None: the attributes iff ``data`` has some; True: required; False:
+        never.
+
+    Returns
+    -------
+    edge_index : ndarray, shape (2, E)
+    num_nodes : int or None
+    edge_attr : ndarray, shape (E, D) or (E,), or None
+
+    Raises
+    ------
+    TypeError
+        No ``edge_index``, a sparse adjacency, or ``want_edge_attr`` not a bool.
+    ValueError
+        ``want_edge_attr=True`` without attributes.
+    """
     edge_index = getattr(data, "edge_index", None)
     if edge_index is None:
         raise TypeError(f"data must be a torch_geometric.data.Data with an edge_index, got {type(data).__name__}"

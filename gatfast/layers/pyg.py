@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as V
+from .torch_io import require_torch, tensor_or_array, to_numpy
 
 __all__ = [
     "PYG_KEYS",
@@ -34,8 +35,6 @@ __all__ = [
     "layer_to_pyg_state_dict",
     "load_pyg_state_dict",
     "pyg_layer_config",
-    "require_torch",
-    "to_numpy",
 ]
 
 #: PyG's state-dict key of every gatfast parameter name, in PyG's order.
@@ -50,44 +49,6 @@ PYG_KEYS = {
     "W_res": "res.weight",
 }
 _SHARED = {"W_r": "W_l", "b_r": "b_l"}  # with share_weights, lin_r is lin_l
-
-
-def require_torch(what, geometric=False):
-    """Import and return ``torch`` (and check ``torch_geometric``), or raise an ImportError with the fix.
-
-    Parameters
-    ----------
-    what : str
-        What needs it, for the message.
-    geometric : bool, default False
-        Also require torch_geometric.
-
-    Returns
-    -------
-    module
-        ``torch``.
-
-    Raises
-    ------
-    ImportError
-        One line naming ``what`` and ``pip install gatfast[crosscheck]``.
-    """
-    try:
-        import torch
-
-        if geometric:
-            import torch_geometric  # noqa: F401
-    except ImportError as exc:
-        raise ImportError(f"{what} needs PyTorch and PyTorch Geometric ({exc.name} is missing): "
-                          "pip install gatfast[crosscheck]") from None
-    return torch
-
-
-def to_numpy(value):
-    """A torch tensor (any device, grad or not) or array-like as a NumPy array (a copy for tensors)."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):
-        return value.detach().cpu().numpy().copy()
-    return np.asarray(value)
 
 
 def _conv_class():
@@ -257,16 +218,10 @@ def layer_to_pyg_state_dict(layer):
         The layer uses a GAT+ option (``root_weight``, softplus attention).
     """
     _check_expressible(layer)
-    try:
-        import torch
-    except ImportError:
-        torch = None
     out = {}
     for key, name in _expected_keys(layer).items():
-        value = layer.params[name].copy()
-        if name == "att":
-            value = value.reshape(1, *value.shape)
-        out[key] = torch.from_numpy(value) if torch is not None else value
+        value = layer.params[name]
+        out[key] = tensor_or_array(value.reshape(1, *value.shape) if name == "att" else value)
     return out
 
 

@@ -28,14 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _validate as V
-from ..layers.pyg import (
-    checked_pyg_params,
-    layer_to_pyg,
-    layer_to_pyg_state_dict,
-    pyg_layer_config,
-    require_torch,
-    to_numpy,
-)
+from ..layers.pyg import checked_pyg_params, layer_to_pyg, layer_to_pyg_state_dict, pyg_layer_config
+from ..layers.torch_io import require_torch, tensor_or_array, to_numpy
 from .activations import ACTIVATIONS
 
 __all__ = ["load_network_pyg_state_dict", "network_from_pyg", "network_to_pyg", "network_to_pyg_state_dict"]
@@ -72,8 +66,8 @@ def network_from_pyg(cls, model, *, head=None, readout=None, activation="elu", d
     Bound as the classmethod ``GATv2Network.from_pyg``. The model is not
     modified; the network holds copies of its weights. The activation, the
     feature dropout and the readout live in the PyG model's ``forward``,
-    not in its modules, so they are arguments here (see the module
-    docstring for the forward pass they describe).
+    not in its modules, so they are arguments here (the forward pass
+    they describe is in the docstring of :mod:`gatfast.models.pyg`).
 
     Parameters
     ----------
@@ -202,13 +196,7 @@ def network_to_pyg_state_dict(net):
     for l, layer in enumerate(net.layers):
         out.update({f"convs.{l}.{k}": v for k, v in layer_to_pyg_state_dict(layer).items()})
     if net.head is not None:
-        for k, v in net.head.params.items():
-            try:
-                import torch
-
-                out[f"head.{k}"] = torch.from_numpy(v.copy())
-            except ImportError:
-                out[f"head.{k}"] = v.copy()
+        out.update({f"head.{k}": tensor_or_array(v) for k, v in net.head.params.items()})
     return out
 
 
@@ -290,7 +278,7 @@ def network_to_pyg(net):
         ``"convs"``: a ``torch.nn.ModuleList`` of ``GATv2Conv``, and with a
         readout ``"head"``: a ``torch.nn.Linear``; in the network's dtype,
         in training mode as every new module. Run it with the forward pass
-        of the module docstring (the activation, the feature dropout and
+        of :mod:`gatfast.models.pyg` (the activation, the feature dropout and
         the readout are ``net.activation``, ``net.dropout``, ``net.readout``).
 
     Raises
