@@ -236,3 +236,15 @@ def test_without_sklearn_the_estimators_say_what_to_install():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+
+
+def test_validation_split_is_stratified_seeded_and_keeps_every_class_in_training():
+    from gatfast.estimators.base import stratified_split
+
+    codes = np.array([0] * 20 + [1] * 10 + [2] * 1)
+    train, val = stratified_split(codes, 0.1, seed=0)
+    assert np.bincount(codes[val], minlength=3).tolist() == [2, 1, 0]
+    assert set(codes[train]) == {0, 1, 2} and np.union1d(train, val).size == codes.size
+    np.testing.assert_array_equal(stratified_split(codes, 0.1, seed=0)[1], val)
+    assert stratified_split(codes, None, seed=0)[1].size == 0
+    assert stratified_split(codes, 0.99, seed=0)[0].size == 3  # one training sample per class is kept
