@@ -133,7 +133,7 @@ def make_workload(name, size="full", seed=0):
         if tiny:  # the first 300 nodes and the edges among them
             keep = 300
             a = g.to_scipy()[:keep, :keep]
-            g = gatfast.CSRGraph.from_scipy(a)
+            g = gatfast.CSRGraph.from_scipy(a, rows="targets")
             x, y, mask = x[:keep], y[:keep], mask[:keep]
         g = g.with_self_loops()
         if name == "cora":

@@ -5,10 +5,9 @@ Importing gatfast changes nothing in the process; what it sets later, and
 when, is listed in ``gatfast/_runtime.py``.
 """
 
-from . import data, diagnostics, models
+from . import data, diagnostics, estimators, models
 from ._random import GraphIds, RandomKeys
 from ._validate import NonFiniteError
-from .estimators import GATv2Classifier
 from .graph import CSRGraph, batch_graphs
 from .layers import GATv2Layer, LayerCache
 from .models import GATv2Network
@@ -29,6 +28,7 @@ __version__ = "0.2.0"
 __all__ = [
     "CSRGraph",
     "GATv2Classifier",
+    "GATv2GraphClassifier",
     "GATv2Layer",
     "GATv2Network",
     "GraphIds",
@@ -45,6 +45,7 @@ __all__ = [
     "clip_grad_norm",
     "data",
     "diagnostics",
+    "estimators",
     "evaluate",
     "fit",
     "load_checkpoint",
@@ -53,3 +54,10 @@ __all__ = [
     "train",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    # the estimators import scikit-learn (optional) on first use, never at `import gatfast`
+    if name in estimators.__all__:
+        return getattr(estimators, name)
+    raise AttributeError(f"module 'gatfast' has no attribute {name!r}")

@@ -161,7 +161,7 @@ def as_graph(graph, name="graph"):
     if isinstance(graph, CSRGraph):
         return graph
     if sp.issparse(graph):
-        return CSRGraph.from_scipy(graph)
+        return CSRGraph.from_scipy(graph, rows="targets")  # documented: rows = targets, no warning
     raise TypeError(
         f"{name} must be a gatfast.CSRGraph or a scipy.sparse matrix (rows = targets), "
         f"got {type(graph).__name__}"

@@ -474,3 +474,16 @@ def test_dataclass_validation():
         NodeDataset("k", ds.graph, ds.x, ds.y, ds.train_mask, ds.val_mask, ds.test_mask, 2, task="graph")
     with pytest.raises(ValueError, match="same length"):
         GraphDataset("g", [ds.graph], [ds.x, ds.x], np.array([0]), 1)
+
+
+def test_graph_dataset_is_a_sequence_of_items():
+    ds = load_dataset("mutag")
+    graph, x, edge_attr = ds[3]
+    assert graph is ds.graphs[3] and x is ds.xs[3] and edge_attr is ds.edge_attrs[3]
+    assert ds[-1][0] is ds.graphs[-1] and len(list(ds)) == len(ds)
+    plain = GraphDataset("plain", ds.graphs[:2], ds.xs[:2], ds.y[:2], 2)
+    assert len(plain[1]) == 2
+    with pytest.raises(IndexError, match="out of range for 2 graphs"):
+        plain[2]
+    with pytest.raises(TypeError, match="index must be an int"):
+        plain[0:1]

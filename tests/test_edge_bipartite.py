@@ -233,7 +233,7 @@ def test_from_edge_index_and_from_scipy_permute_attributes_into_csr_order():
     np.testing.assert_array_equal(perm, attr[order])
     np.testing.assert_array_equal(graph.to_edge_index(), ei[:, order])
     coo = sp.coo_array((np.ones(5), (ei[1], ei[0])), shape=(4, 4))  # rows = targets
-    graph2, perm2 = CSRGraph.from_scipy(coo, edge_attr=attr)
+    graph2, perm2 = CSRGraph.from_scipy(coo, edge_attr=attr, rows="targets")
     assert graph2 == graph
     np.testing.assert_array_equal(perm2, perm)
     flipped, perm3 = CSRGraph.from_scipy(coo.T, edge_attr=attr, rows="sources")

@@ -1,11 +1,15 @@
 """CSRGraph construction, conversions, self loops, source order and batching."""
 
+import copy
+import pickle
+import warnings
+
 import naive
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gatfast import CSRGraph, batch_graphs
+from gatfast import CSRGraph, GATv2Layer, batch_graphs
 
 
 def rows_of(graph):
@@ -65,12 +69,12 @@ def test_from_scipy_and_to_scipy_round_trip():
     rng = np.random.default_rng(0)
     A = sp.random_array((30, 30), density=0.15, format="csr", rng=rng)
     A.data[:] = 1.0
-    g = CSRGraph.from_scipy(A)
+    g = CSRGraph.from_scipy(A, rows="targets")
     assert g.num_nodes == 30 and g.nnz == A.nnz
     B = g.to_scipy()
     assert isinstance(B, sp.csr_array) and B.shape == A.shape
     assert (B != A).nnz == 0
-    assert CSRGraph.from_scipy(B) == g
+    assert CSRGraph.from_scipy(B, rows="targets") == g
     # the edge j -> i is A[i, j]: row i holds the sources of i
     coo = A.tocoo()
     edges = sorted(zip(coo.row.tolist(), coo.col.tolist()))
@@ -81,7 +85,7 @@ def test_from_scipy_and_to_scipy_round_trip():
 def test_from_scipy_accepts_formats_and_matrices(fmt):
     dense = np.array([[0, 2, 0], [1, 0, 3], [0, 0, 0]], dtype=float)
     for A in (sp.csr_array(dense).asformat(fmt), sp.csr_matrix(dense).asformat(fmt)):
-        g = CSRGraph.from_scipy(A)
+        g = CSRGraph.from_scipy(A, rows="targets")
         assert [sorted(r) for r in rows_of(g)] == [[1], [0, 2], []]
 
 
@@ -103,7 +107,7 @@ def test_from_scipy_does_not_modify_its_input(indices):
     A = sp.csr_array((np.array([1.0, 0.0, 2.0]), np.array(indices), np.array([0, 3, 3, 3])), shape=(3, 3))
     # (A.sum() would itself sort A's indices in place, so compare dense copies)
     data, idx, indptr, dense = A.data.copy(), A.indices.copy(), A.indptr.copy(), A.toarray()
-    g = CSRGraph.from_scipy(A)
+    g = CSRGraph.from_scipy(A, rows="targets")
     assert g.nnz == 2
     np.testing.assert_array_equal(A.indptr, indptr)
     np.testing.assert_array_equal(A.indices, idx)
@@ -114,7 +118,7 @@ def test_from_scipy_does_not_modify_its_input(indices):
 def test_from_scipy_keeps_a_canonical_input_intact():
     A = sp.csr_array((np.array([1.0, 3.0, 2.0]), np.array([0, 2, 1]), np.array([0, 2, 2, 3])), shape=(3, 3))
     arrays = [A.data.copy(), A.indices.copy(), A.indptr.copy()]
-    CSRGraph.from_scipy(A)
+    CSRGraph.from_scipy(A, rows="targets")
     for before, after in zip(arrays, [A.data, A.indices, A.indptr]):
         np.testing.assert_array_equal(after, before)
 
@@ -228,3 +232,69 @@ def test_batch_graphs_single_graph():
     big, graph_ptr = batch_graphs([g])
     assert big == g
     np.testing.assert_array_equal(graph_ptr, [0, 2])
+
+
+# ---------------------------------------------------------------------- the direction of a scipy matrix
+def _directed():
+    return sp.csr_array(([1.0, 1.0], ([0, 0], [1, 2])), shape=(3, 3))  # A[0, 1], A[0, 2]
+
+
+def test_from_scipy_warns_only_when_the_direction_is_ambiguous():
+    with pytest.warns(UserWarning, match=r"rows='sources'.*rows="):
+        g = CSRGraph.from_scipy(_directed())
+    assert rows_of(g) == [[1, 2], [], []]  # read as rows = targets, as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert CSRGraph.from_scipy(_directed(), rows="targets") == g
+        assert rows_of(CSRGraph.from_scipy(_directed(), rows="sources")) == [[], [0], [0]]
+        sym = _directed() + _directed().T
+        CSRGraph.from_scipy(sym)  # undirected: both readings agree
+        CSRGraph.from_scipy(sp.csr_array(np.ones((3, 4))))  # rectangular: a block
+        # values do not make a pattern asymmetric, and neither do explicit zeros
+        weighted = sp.coo_array(([2.0, 5.0, 0.0], ([0, 1, 2], [1, 0, 1])), shape=(3, 3))
+        assert weighted.nnz == 3
+        CSRGraph.from_scipy(weighted)
+    with pytest.warns(UserWarning, match="rows="):  # with attributes every stored entry is an edge
+        CSRGraph.from_scipy(weighted, edge_attr=np.ones(3))
+        # a matrix given straight to a layer is read as rows = targets (documented there), silently
+        GATv2Layer(2, 2, seed=0).forward(_directed(), np.ones((3, 2), np.float32))
+
+
+def test_from_scipy_warning_points_at_the_caller():
+    with pytest.warns(UserWarning) as record:
+        CSRGraph.from_scipy(_directed())
+    assert record[0].filename == __file__
+
+
+def test_graphs_are_shared_by_copies_since_they_are_immutable():
+    g = CSRGraph.from_edge_index(np.array([[0, 1], [1, 2]]), 3)
+    g.source_order()
+    assert copy.copy(g) is g and copy.deepcopy(g) is g
+    assert copy.deepcopy([g, g])[0] is g
+    assert pickle.loads(pickle.dumps(g)) == g
+
+
+class _FakeData:
+    """What CSRGraph.from_pyg reads of a torch_geometric Data object."""
+
+    def __init__(self, edge_index, num_nodes, edge_attr=None):
+        self.edge_index, self.num_nodes, self.edge_attr = edge_index, num_nodes, edge_attr
+
+
+def test_from_pyg_reads_a_data_like_object_without_torch():
+    ei = np.array([[1, 2, 0], [0, 0, 2]])
+    attr = np.array([[1.0], [2.0], [3.0]], np.float32)
+    g = CSRGraph.from_pyg(_FakeData(ei, 4))
+    assert g == CSRGraph.from_edge_index(ei, 4)
+    g2, a2 = CSRGraph.from_pyg(_FakeData(ei, 4, attr))
+    assert g2 == g and a2.dtype == np.float32
+    np.testing.assert_array_equal(a2, CSRGraph.from_edge_index(ei, 4, edge_attr=attr)[1])
+    assert CSRGraph.from_pyg(_FakeData(ei, 4, attr), edge_attr=False) == g
+    with pytest.raises(ValueError, match="edge_attr=True"):
+        CSRGraph.from_pyg(_FakeData(ei, 4), edge_attr=True)
+    with pytest.raises(TypeError, match="edge_attr must be None, True or False"):
+        CSRGraph.from_pyg(_FakeData(ei, 4), edge_attr=attr)
+    with pytest.raises(TypeError, match="edge_index"):
+        CSRGraph.from_pyg(object())
+    with pytest.raises(ValueError, match="num_nodes is 2"):
+        CSRGraph.from_pyg(_FakeData(ei, 2))

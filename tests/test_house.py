@@ -31,6 +31,7 @@ FLOORS = {
     "training": {"models", "layers", "optim", "data", "graph", "sampling", "diagnostics"},
     "diagnostics": {"models", "layers", "optim", "data", "graph", "training", "kernels"},
     "distributed": {"training", "models", "layers", "optim", "data", "graph", "sampling"},
+    "estimators": {"training", "models", "layers", "optim", "data", "graph"},
 }
 SHARED = {"_validate", "_runtime", "_io"}
 

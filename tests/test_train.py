@@ -375,3 +375,16 @@ def test_train_does_not_modify_the_dataset():
 def test_public_api_exports():
     assert gatfast.train is train and gatfast.fit is fit and gatfast.evaluate is evaluate
     assert isinstance(train("karate", epochs=1, quiet=True), gatfast.TrainResult)
+
+
+def test_train_takes_the_graph_split_for_one_run():
+    ds = load_dataset("mutag")
+    splits = {"train": np.arange(0, 150), "val": np.arange(150, 170)}
+    result = train(ds, epochs=2, quiet=True, splits=splits)
+    assert set(result.splits) == {"train", "val"}
+    np.testing.assert_array_equal(result.splits["val"], splits["val"])
+    assert "val_accuracy" in result.metrics and "test_accuracy" not in result.metrics
+    with pytest.raises(ValueError, match="splits is for one run on a graph dataset"):
+        train(ds, epochs=2, quiet=True, folds=3, splits=splits)
+    with pytest.raises(ValueError, match="splits is for one run on a graph dataset"):
+        train("karate", epochs=2, quiet=True, splits=splits)

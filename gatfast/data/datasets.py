@@ -203,6 +203,22 @@ class GraphDataset:
     def __len__(self):
         return len(self.graphs)
 
+    def __getitem__(self, index):
+        """Graph ``index`` as ``(graph, x)``, or ``(graph, x, edge_attr)`` with edge features (no label).
+
+        This makes the dataset a sequence of the items the graph-level
+        estimator takes as ``X`` (``clf.fit(ds, ds.y)``), which
+        scikit-learn's splitters index one id at a time.
+        """
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"index must be an int, got {type(index).__name__}")
+        index = int(index)
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} is out of range for {len(self)} graphs")
+        if self.edge_attrs:
+            return self.graphs[index], self.xs[index], self.edge_attrs[index]
+        return self.graphs[index], self.xs[index]
+
     @property
     def num_features(self):
         """Number of node feature columns."""

@@ -1,6 +1,7 @@
-"""From PyG's ``edge_index`` and from scipy matrices to CSR-by-target arrays.
+"""From PyG's ``edge_index`` and ``Data``, and from scipy matrices, to CSR-by-target arrays.
 
 Pure functions returning arrays; :class:`~gatfast.graph.CSRGraph` wraps them.
+Nothing here imports torch: tensors are read through their ``numpy()``.
 """
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["from_edge_index", "from_scipy", "permute_edge_attr"]
+__all__ = [
+    "ROWS_WARNING", "direction_is_ambiguous", "from_edge_index", "from_pyg_data", "from_scipy", "permute_edge_attr",
+]
 
 
 def _count(value, name, limit):
@@ -70,6 +73,49 @@ def from_edge_index(edge_index, num_nodes, size, limit):
     return indptr, src[order], n_dst, n_src, order
 
 
+#: The warning of ``CSRGraph.from_scipy`` for a square matrix that is not
+#: symmetric, read without an explicit ``rows=``.
+ROWS_WARNING = (
+    "CSRGraph.from_scipy: A is not symmetric and rows= was not given, so A[i, j] != 0 is read as the edge "
+    "j -> i (rows='targets'); a matrix from PyG's to_scipy_sparse_matrix(edge_index) is A[src, dst] and needs "
+    "rows='sources'. Pass rows='targets' or rows='sources' to say which (and silence this warning)."
+)
+
+
+def direction_is_ambiguous(A, keep_zeros=False):
+    """Whether reading ``A``'s rows as targets or as sources gives different graphs.
+
+    Parameters
+    ----------
+    A : object
+        Anything; only a square scipy.sparse matrix can be ambiguous.
+    keep_zeros : bool, default False
+        Count explicit zeros as entries (as ``from_scipy`` does with edge
+        attributes); otherwise duplicates are summed and zeros dropped.
+
+    Returns
+    -------
+    bool
+        True iff ``A`` is a square scipy matrix whose sparsity pattern is
+        not symmetric (values are ignored). O(nnz + n).
+    """
+    if not sp.issparse(A) or A.ndim != 2 or A.shape[0] != A.shape[1]:
+        return False
+    pattern = sp.csr_array(A, copy=True)
+    if keep_zeros:
+        pattern.data = np.ones_like(pattern.data)
+    pattern.sum_duplicates()  # sorted columns, one entry per (row, column)
+    pattern.eliminate_zeros()
+    n = pattern.shape[0]
+    if not np.array_equal(np.diff(pattern.indptr), np.bincount(pattern.indices, minlength=n)):
+        return True  # in- and out-degrees differ: no need to compare the edges
+    index = np.int32 if max(n, pattern.nnz) < 2**31 else np.int64  # the transpose runs 3x faster on int32/int8
+    ones = sp.csr_array((np.ones(pattern.nnz, np.int8), pattern.indices.astype(index), pattern.indptr.astype(index)),
+                        shape=pattern.shape)
+    transposed = ones.T.tocsr()  # a counting sort: sorted columns, O(nnz + n)
+    return not np.array_equal(transposed.indices, ones.indices)  # equal row lengths: the columns decide
+
+
 def from_scipy(A, rows, keep_entries):
     """``(indptr, indices, (num_dst, num_src), order)``; ``order`` maps CSR positions to ``A.tocoo()`` entries."""
     if not sp.issparse(A):
@@ -92,6 +138,58 @@ def from_scipy(A, rows, keep_entries):
     csr.sum_duplicates()
     csr.eliminate_zeros()
     return csr.indptr, csr.indices, shape, None
+
+
+def _as_numpy(value):
+    """A torch tensor (any device) or array-like as a NumPy array, without importing torch."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def from_pyg_data(data, want_edge_attr=None):
+    """The arrays of a PyG ``Data`` object, without importing torch.
+
+    Parameters
+    ----------
+    data : object
+        A ``torch_geometric.data.Data``, or any object with ``edge_index``,
+        ``num_nodes`` and optionally ``edge_attr`` (tensors or arrays).
+    want_edge_attr : bool, optional
+        None: the attributes iff ``data`` has some; True: required; False:
+        never.
+
+    Returns
+    -------
+    edge_index : ndarray, shape (2, E)
+    num_nodes : int or None
+    edge_attr : ndarray, shape (E, D) or (E,), or None
+
+    Raises
+    ------
+    TypeError
+        No ``edge_index``, a sparse adjacency, or ``want_edge_attr`` not a bool.
+    ValueError
+        ``want_edge_attr=True`` without attributes.
+    """
+    edge_index = getattr(data, "edge_index", None)
+    if edge_index is None:
+        raise TypeError(f"data must be a torch_geometric.data.Data with an edge_index, got {type(data).__name__}"
+                        + ("" if hasattr(data, "edge_index") else " (no edge_index attribute)"))
+    if type(edge_index).__name__ == "SparseTensor" or getattr(edge_index, "is_sparse", False):
+        raise TypeError("data.edge_index must be a dense (2, E) index tensor, got a sparse adjacency "
+                        "(convert it with torch_geometric.utils.to_edge_index first)")
+    if want_edge_attr is not None and not isinstance(want_edge_attr, (bool, np.bool_)):
+        raise TypeError(f"edge_attr must be None, True or False, got {type(want_edge_attr).__name__}")
+    num_nodes = getattr(data, "num_nodes", None)
+    edge_attr = getattr(data, "edge_attr", None)
+    if want_edge_attr and edge_attr is None:
+        raise ValueError("edge_attr=True but data.edge_attr is None")
+    if edge_attr is not None and want_edge_attr is not False:
+        edge_attr = _as_numpy(edge_attr)
+    else:
+        edge_attr = None
+    return _as_numpy(edge_index), None if num_nodes is None else int(num_nodes), edge_attr
 
 
 def permute_edge_attr(edge_attr, order, num_edges):

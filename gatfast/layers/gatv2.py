@@ -16,6 +16,7 @@ from .. import _runtime
 from .. import _validate as V
 from .._random import RandomKeys
 from ..kernels import ACTIVATIONS, csr_dense_matmul2
+from . import pyg
 from .cache import LayerCache
 from .dense import bias_or_empty, dense_projections, linear, linear_into
 from .init import glorot, uniform_bias
@@ -226,6 +227,12 @@ class GATv2Layer:
             "edge_dim": self.edge_dim,
             "fill_value": fill,
         }
+
+    # PyG's GATv2Conv, both ways (layers/pyg.py)
+    from_pyg = classmethod(pyg.layer_from_pyg)
+    to_pyg = pyg.layer_to_pyg
+    to_pyg_state_dict = pyg.layer_to_pyg_state_dict
+    load_pyg_state_dict = pyg.load_pyg_state_dict
 
     def attention_graph(self, graph):
         """The graph the attention runs on, self loops handled as configured."""

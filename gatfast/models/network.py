@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import _validate as V
 from ..layers import THETA_R_FORMS, GATv2Layer
+from . import pyg
 from .activations import ACTIVATIONS
 from .linear import Linear
 from .pooling import POOL_MODES
@@ -252,6 +253,12 @@ class GATv2Network:
             "edge_dim": self.edge_dim,
             "fill_value": self.fill_value,
         }
+
+    # a plain PyG model of GATv2Conv layers, both ways (models/pyg.py)
+    from_pyg = classmethod(pyg.network_from_pyg)
+    to_pyg = pyg.network_to_pyg
+    to_pyg_state_dict = pyg.network_to_pyg_state_dict
+    load_pyg_state_dict = pyg.load_network_pyg_state_dict
 
     def __repr__(self):
         body = ", ".join(repr(layer) for layer in self.layers)

@@ -31,7 +31,7 @@ from .splits import fold_splits
 __all__ = ["build_model", "check_outputs", "dataset_source", "train"]
 
 
-def train(dataset="karate", config=None, *, callback=None, stream=None, **options):
+def train(dataset="karate", config=None, *, splits=None, callback=None, stream=None, **options):
     """Train a GATv2 network: the Python twin of ``gatfast train``.
 
     Parameters
@@ -44,6 +44,11 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
         The options of the run. Default: the preset for the dataset's task
         (:func:`~gatfast.training.config.preset_for`: the GAT recipe for node
         classification, ``"tu"`` for graph classification).
+    splits : dict, optional
+        Graph datasets, one run (no ``folds``): the graph ids
+        ``{"train": ..., "val": ..., "test": ...}`` (default: a seeded
+        80/10/10 split; a missing or empty ``"val"`` selects the model on the
+        training graphs). Node datasets carry their split as masks.
     callback : callable, optional
         ``callback(epoch, model, grads, row)`` after every epoch (see :func:`fit`).
     stream : file object, optional
@@ -98,6 +103,8 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
         ds = without_edge_features(ds)
     if config.folds is not None and not (isinstance(ds, GraphDataset) and ds.task == "graph_classification"):
         raise ValueError("folds is only available for graph classification datasets (TU format)")
+    if splits is not None and (config.folds is not None or not isinstance(ds, GraphDataset)):
+        raise ValueError("splits is for one run on a graph dataset (not with folds; node datasets have masks)")
 
     recorder = None
     if config.diagnose:
@@ -121,7 +128,7 @@ def train(dataset="karate", config=None, *, callback=None, stream=None, **option
         else:
             model = build_model(ds, config, config.seed)
             opt = _optimizer(model, config)
-            result = fit(model, ds, opt, config, callback=callback, stream=stream, stop=request)
+            result = fit(model, ds, opt, config, splits=splits, callback=callback, stream=stream, stop=request)
         result.config = config
         _write_outputs(result, ds, source, config)
     if recorder is not None:
