@@ -133,8 +133,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from gatfast import _validate as V
-from gatfast._blas import ONE_BLAS_THREAD
 from gatfast._io import atomic_write_text
+from gatfast._runtime import blas_single_thread
 from gatfast.kernels import (
     csr_dense_matmul2,
     gatv2_backward_source,
@@ -143,7 +143,7 @@ from gatfast.kernels import (
     num_att_blocks,
 )
 from gatfast.kernels.prefetch import PREFETCH_DISTANCE, prefetch_row
-from gatfast.layer import _dense_backward, _dense_projections
+from gatfast.layers.dense import dense_backward, dense_projections
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -852,8 +852,8 @@ def k_projections(d, s=None):
 
     def run():
         n = d.n
-        with ONE_BLAS_THREAD:
-            _dense_projections(s.x, [(s.W_l, s.b_l_opt, s.xl.reshape(n, d.hc)),
+        with blas_single_thread():
+            dense_projections(s.x, [(s.W_l, s.b_l_opt, s.xl.reshape(n, d.hc)),
                                      (s.W_r, s.b_r_opt, s.xr.reshape(n, d.hc))])
 
     return Kernel("projections", "x @ W_l.T, x @ W_r.T (BLAS)", model, run if s else None)
@@ -872,7 +872,8 @@ def k_forward(d, s=None):
     )
 
     def run():
-        gatv2_forward(s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.edge_scale, s.alpha, s.out)
+        gatv2_forward(s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT, s.edge_scale, s.alpha,
+                      s.out)
 
     return Kernel("forward", "fused forward (gatv2_forward)", model, run if s else None, edge=True)
 
@@ -921,8 +922,8 @@ def k_target(d, s=None):
 
     def run():
         gatv2_backward_target(
-            s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.edge_scale, s.alpha, s.g_heads,
-            d.theta_r == "pairwise", s.upstream, s.delta, s.p_term, s.att_part,
+            s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT, s.edge_scale, s.alpha, s.g_heads,
+            d.theta_r == "pairwise", s.upstream, s.delta, s.p_term, s.att_part, s.we_part, s.grad_u,
         )
 
     return Kernel("target", "backward target pass", model, run if s else None, edge=True)
@@ -945,8 +946,8 @@ def k_source(d, s=None):
 
     def run():
         gatv2_backward_source(
-            s.src_indptr, s.src_edges, s.src_targets, s.xl, s.xr, s.att, s.slope, s.kind, s.edge_scale,
-            s.alpha, s.delta, s.g_heads, s.q_term,
+            s.src_indptr, s.src_edges, s.src_targets, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT,
+            s.edge_scale, s.alpha, s.delta, s.g_heads, s.q_term,
         )
 
     return Kernel("source", "backward source pass", model, run if s else None, edge=True)
@@ -965,8 +966,8 @@ def k_dense_backward(d, s=None):
     )
 
     def run():
-        with ONE_BLAS_THREAD:
-            _dense_backward(s.x, s.grad_xl, s.grad_xr, s.W_l, s.W_r, s.grad_x, d.bias)
+        with blas_single_thread():
+            dense_backward(s.x, s.grad_xl, s.grad_xr, s.W_l, s.W_r, s.grad_x, d.bias)
 
     return Kernel("dense_backward", "gradᵀ x, grad @ W (BLAS)", model, run if s else None)
 
@@ -1127,15 +1128,19 @@ class State:
         self.p_term = np.empty((n, H, C), self.dtype)
         self.q_term = np.empty((n, H, C), self.dtype)
         self.att_part = np.empty((num_att_blocks(n), H, C), self.dtype)
+        self.u = np.zeros((0, 1), self.dtype)  # no edge features
+        self.weT = np.zeros((H, 1, C), self.dtype)
+        self.we_part = np.empty((0, H, 1, C), self.dtype)
+        self.grad_u = np.empty((0, 1), self.dtype)
         self.grad_x = None if self.x_sparse else np.empty(self.x.shape, self.dtype)
         self.x_t = self.x.T.tocsr() if self.x_sparse else None
         # real gradients of the projections for the dense products
         gatv2_backward_target(self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind,
-                              self.edge_scale, self.alpha, self.g_heads, w.theta_r == "pairwise",
-                              self.upstream, self.delta, self.p_term, self.att_part)
+                              self.u, self.weT, self.edge_scale, self.alpha, self.g_heads, w.theta_r == "pairwise",
+                              self.upstream, self.delta, self.p_term, self.att_part, self.we_part, self.grad_u)
         gatv2_backward_source(self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att,
-                              self.slope, self.kind, self.edge_scale, self.alpha, self.delta, self.g_heads,
-                              self.q_term)
+                              self.slope, self.kind, self.u, self.weT, self.edge_scale, self.alpha, self.delta,
+                              self.g_heads, self.q_term)
         self.grad_xl = self.q_term.reshape(n, H * C)
         self.grad_xr = self.p_term.reshape(n, H * C)
 
