@@ -95,7 +95,7 @@ class Progress:
 
     def done(self, line):
         if self.bar is not None:
-            self.bar.write(line)
+            self.bar.write(line, file=sys.stdout)  # result lines on stdout, as without the bar
             self.bar.update(1)
         else:
             print(line, flush=True)
