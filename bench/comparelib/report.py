@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import workloads
+
 from .targets import target_text
 
 LIB_NAMES = {"gatfast": "gatfast", "pyg": "PyG", "dgl": "DGL"}
 SMOKE_TITLE = "smoke run (tiny sizes): not the published results"
-NO_DGL = {"small-batch-edge": "no edge features", "large-edge": "no edge features"}
+NO_DGL = {name: "no edge features" for name in workloads.EDGE_WORKLOADS}  # DGL's GATv2Conv has none
 CURVES = (("gatfast linear", "gatfast", "linear"), ("gatfast pairwise", "gatfast", "pairwise"),
           ("PyG GATv2Conv", "pyg", "linear"), ("DGL GATv2Conv", "dgl", "linear"))
 

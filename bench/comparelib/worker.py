@@ -117,12 +117,13 @@ def _runner_class(lib, threads):
     return workloads.GatfastRunner, {}
 
 
-def save_reference(name, size, path):
-    """gatfast's outputs on the workload, written for the peers' checks (no timing)."""
+def save_reference(name, size, path, w=None):
+    """gatfast's outputs on the workload (``w``, else built), written for the peers' checks (no timing)."""
     import agreement
     import workloads
 
-    agreement.save(path, workloads.GatfastRunner(workloads.make_workload(name, size)).outputs())
+    w = workloads.make_workload(name, size) if w is None else w
+    agreement.save(path, workloads.GatfastRunner(w).outputs())
 
 
 def run_worker(lib, name, size, reps, threads, reference=None, save_to=None):
@@ -193,7 +194,7 @@ def run_worker(lib, name, size, reps, threads, reference=None, save_to=None):
         from rooflib.model import Dims
 
         result["dims"] = asdict(Dims.from_workload(w))  # what the parent's roofline columns need
-    if save_to:
+    if save_to:  # after the timing, with a fresh runner of the same seed: the same weights
         del runner
-        save_reference(name, size, save_to)
+        save_reference(name, size, save_to, w)
     return result
