@@ -89,7 +89,7 @@ def _header(meta, refs, rows):
     if any(checked.values()):
         worst = ", ".join(f"{LIB_NAMES[r]} {max(v):.1e}" for r, v in checked.items() if v)
         lines += ["", "Same weights, same function: before timing, every peer worker loaded gatfast's weights and "
-                  "checked its output and every gradient on the full workload against gatfast's (norm-wise "
+                  "checked its output and every gradient on the very workload it timed against gatfast's (norm-wise "
                   f"relative difference at most 1e-4, else the run fails; largest: {worst})."]
     if "dgl" in refs:
         lines += ["", f"DGL {meta.get('dgl', '')} runs in its own environment, with gatfast's output bias added "
