@@ -9,11 +9,15 @@ In each it measures ``import gatfast``, the first forward + backward of one
 layer on a small dense graph, and then the first training step of the
 2-layer network on a slice of Cora (sparse features, dropout, Adam), which
 needs further kernel specialisations (sparse products, attention dropout).
-Results go to ``compile_time.md`` and ``compile_time.json`` in ``--out``.
+Results go to ``compile_time.md`` and ``compile_time.json`` in ``--out``
+(default ``runs/bench/compile_time/``, untracked; the tracked
+``bench/results/`` only with ``--update-results``). Both children run with
+``OMP_WAIT_POLICY=PASSIVE``, as the ``compare.py`` workers.
 
 Usage::
 
-    python bench/compile_time.py
+    python bench/compile_time.py                    # -> runs/bench/compile_time/
+    python bench/compile_time.py --update-results   # refresh bench/results/compile_time.*
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import outdirs  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -62,7 +69,7 @@ print(json.dumps({{"import_s": t_import, "first_layer_fwd_bwd_s": t_layer, "seco
 
 def run(cache_dir, threads):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir), NUMBA_NUM_THREADS=str(threads),
-               OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+               OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE))], env=env,
                           capture_output=True, text=True)
@@ -87,7 +94,8 @@ def markdown(res, meta):
     lines = [
         "# gatfast first-call (compilation) cost",
         "",
-        f"{meta['date']}, {meta['threads']} threads, numba {meta['numba']}. Two fresh processes share one "
+        f"{meta['date']}, {meta['threads']} threads, numba {meta['numba']}"
+        + (f", `{meta['command']}`" if meta.get("command") else "") + ". Two fresh processes share one "
         "new NUMBA_CACHE_DIR: *cold* starts with it empty (every kernel is compiled), *warm* runs after it "
         "(kernels loaded from the cache).",
         "",
@@ -109,9 +117,10 @@ def _write_atomic(path, text):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(HERE / "results"))
+    outdirs.add_options(parser, "compile_time")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    out = outdirs.resolve_out(parser, args, "compile_time")
     cache_dir = Path(tempfile.mkdtemp(prefix="gatfast-numba-cache-"))
     try:
         res = {"cold": run(cache_dir, args.threads), "warm": run(cache_dir, args.threads)}
@@ -120,8 +129,8 @@ def main(argv=None):
     import numba
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
-            "numba": numba.__version__}
-    out = Path(args.out)
+            "numba": numba.__version__, "omp_wait_policy": "PASSIVE",
+            "command": " ".join(["python", "bench/compile_time.py", *(sys.argv[1:] if argv is None else argv)])}
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(res, meta)
     _write_atomic(out / "compile_time.md", text)

@@ -94,9 +94,9 @@ def _limit_threads(threads):
     """Before torch, DGL, Numba or BLAS load: their thread pools read these once.
 
     ``OMP_WAIT_POLICY=PASSIVE`` (a user's setting wins) is what every
-    compare.py worker runs with, since ``import gatfast`` sets it before any
-    OpenMP runtime starts. Here torch and DGL load first, so it is set
-    explicitly. It matters for DGL: the process holds two OpenMP runtimes
+    compare.py worker runs with (compare.py puts it into each worker's
+    environment; ``import gatfast`` no longer sets it). It must be set before
+    any OpenMP runtime starts: here torch and DGL load first. It matters for DGL: the process holds two OpenMP runtimes
     (DGL's libgomp and the copy bundled with torch's wheel), and with
     libgomp's default spin-waiting the idle threads of one take the cores the
     other's work needs; on 2 cores ``sample_neighbors`` ran 10-20x slower.
@@ -210,7 +210,7 @@ def train_epoch(g, x, y, train, num_classes, args):
     import dgl
     import torch
     import torch.nn.functional as F
-    from compare import _start_peak
+    from comparelib.worker import start_peak as _start_peak
     from reference_dgl import make_layer
 
     torch.manual_seed(args.seed)
@@ -320,7 +320,8 @@ def main(argv=None):
     import dgl
     import numba
     import torch
-    from compare import _cpu_name, _loadavg
+    from comparelib.worker import loadavg as _loadavg
+    from rooflib.cpu import CPU
 
     from gatfast._io import atomic_write_text
 
@@ -344,7 +345,7 @@ def main(argv=None):
     load = [v for v in load if v is not None]
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "cpu": _cpu_name(),
+        "cpu": f"{CPU['model']} ({os.cpu_count()} CPUs), {CPU['simd']} ({CPU['simd_bits']}-bit)",
         "threads": args.threads,
         "dgl_omp_threads": int(dgl.utils.get_num_threads()),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

@@ -3,6 +3,8 @@
 Runs under the DGL environment's python (``bench/setup_dgl_env.sh``), never in
 gatfast's own: DGL 2.1 wants torch 2.2 and numpy < 2. gatfast is imported from
 the checkout (PYTHONPATH), for the workloads and for the weights.
+``DglRunner.outputs()`` is checked against gatfast's with ``agreement.check``
+before any timing (``compare.py``'s workers, the pytest-benchmark suites).
 
 How DGL's ``GATv2Conv`` maps onto gatfast's ``GATv2Layer`` (and PyG's ``GATv2Conv``):
 
@@ -33,18 +35,22 @@ How DGL's ``GATv2Conv`` maps onto gatfast's ``GATv2Layer`` (and PyG's ``GATv2Con
   the DGL graph is built from ``to_edge_index()`` as ``dgl.graph((sources,
   targets))``, so messages flow source -> target and DGL's edge ids follow
   gatfast's CSR edge order (``get_attention`` is then row for row ``cache.alpha``).
+  A bipartite layer (``in_features=(F_src, F_dst)``) runs on DGL's bipartite
+  graph ``dgl.heterograph({("src", "to", "dst"): ...})`` with ``(x_src, x_dst)``.
+- Edge features: DGL 2.1's ``GATv2Conv`` has none, so the edge-feature
+  workloads have no DGL run (``layer_from_gatfast`` refuses a layer with
+  ``edge_dim``).
 """
 
 from __future__ import annotations
 
 import functools
 
+import agreement
 import numpy as np
 import scipy.sparse as sp
+from agreement import FLOAT32_TOL, rel_err  # noqa: F401  (the names tests/test_dgl_reference.py uses)
 from workloads import DTYPE, GatfastRunner, Workload
-
-# norm-wise relative difference allowed between DGL and gatfast in float32
-FLOAT32_TOL = 1e-4
 
 
 def dgl_available():
@@ -56,23 +62,19 @@ def dgl_available():
     return True
 
 
-def rel_err(a, b):
-    """Norm-wise relative difference ``|a - b| / max(|a|, |b|)`` (0 for two zero arrays)."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    scale = max(np.linalg.norm(a), np.linalg.norm(b))
-    return 0.0 if scale == 0 else float(np.linalg.norm(a - b) / scale)
+def dgl_graph(graph, bipartite=False):
+    """The DGL graph of a gatfast ``CSRGraph``: edges source -> target, in gatfast's edge order.
 
-
-def dgl_graph(graph):
-    """The DGL graph of a gatfast ``CSRGraph``: edges source -> target, in gatfast's edge order."""
+    ``bipartite``: DGL's bipartite form (source and target node types), for ``(x_src, x_dst)`` input.
+    """
     import dgl
     import torch
 
-    src, dst = graph.to_edge_index()
-    return dgl.graph((torch.from_numpy(np.ascontiguousarray(src, dtype=np.int64)),
-                      torch.from_numpy(np.ascontiguousarray(dst, dtype=np.int64))),
-                     num_nodes=graph.num_nodes)
+    src, dst = (torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)) for a in graph.to_edge_index())
+    if bipartite:
+        return dgl.heterograph({("src", "to", "dst"): (src, dst)},
+                               num_nodes_dict={"src": graph.num_src, "dst": graph.num_dst})
+    return dgl.graph((src, dst), num_nodes=graph.num_nodes)
 
 
 @functools.cache
@@ -108,17 +110,29 @@ def _torch_modules():
                 h = h + self.bias
             return (h, a[..., 0]) if get_attention else h
 
-    class DglTwoLayer(torch.nn.Module):
-        """The GAT recipe with DGL layers: ``conv2(elu(conv1(x)))``, each dropping its own input."""
+    class DglNetwork(torch.nn.Module):
+        """gatfast's node-level stack with DGL layers: ``elu(conv(x))`` per hidden layer, each dropping its input."""
 
-        def __init__(self, conv1, conv2):
+        def __init__(self, convs):
             super().__init__()
-            self.conv1, self.conv2 = conv1, conv2
+            self.convs = torch.nn.ModuleList(convs)
+
+        @property
+        def conv1(self):
+            return self.convs[0]
+
+        @property
+        def conv2(self):
+            return self.convs[1]
 
         def forward(self, graph, x):
-            return self.conv2(graph, torch.nn.functional.elu(self.conv1(graph, x)))
+            for l, conv in enumerate(self.convs):
+                x = conv(graph, x)
+                if l < len(self.convs) - 1:
+                    x = torch.nn.functional.elu(x)
+            return x
 
-    return DglGATv2, DglTwoLayer
+    return DglGATv2, DglNetwork
 
 
 def make_layer(**kw):
@@ -137,6 +151,8 @@ def layer_from_gatfast(layer, feat_drop=0.0):
 
     if layer.attention_activation != "leaky_relu" or layer.root_weight is not None:
         raise ValueError("DGL's GATv2Conv has only the LeakyReLU score and no root weight")
+    if layer.edge_dim is not None:
+        raise ValueError("DGL's GATv2Conv has no edge features (edge_dim)")
     mod = make_layer(in_features=layer.in_features, out_features=layer.out_features, heads=layer.heads,
                      concat=layer.concat, negative_slope=layer.negative_slope, bias=layer.bias,
                      share_weights=layer.share_weights, residual=layer.residual,
@@ -146,13 +162,14 @@ def layer_from_gatfast(layer, feat_drop=0.0):
     return mod
 
 
-def two_layer_from_gatfast(model):
-    """The 2-layer DGL network of a 2-layer node-level ELU ``gatfast.GATv2Network``, same weights."""
-    if model.num_layers != 2 or model.readout is not None or model.activation != "elu":
-        raise ValueError("only the 2-layer node-level ELU recipe is mapped")
-    first, last = model.layers
-    return _torch_modules()[1](layer_from_gatfast(first, feat_drop=model.dropout),
-                               layer_from_gatfast(last, feat_drop=model.dropout))
+def network_from_gatfast(model):
+    """The DGL network of a node-level ELU ``gatfast.GATv2Network`` (any depth), same weights."""
+    if model.readout is not None or model.activation != "elu":
+        raise ValueError("only node-level ELU networks are mapped")
+    return _torch_modules()[1]([layer_from_gatfast(layer, feat_drop=model.dropout) for layer in model.layers])
+
+
+two_layer_from_gatfast = network_from_gatfast  # the name of the 2-layer recipe's mapping
 
 
 def load_gatfast_params(mod, params):
@@ -207,65 +224,74 @@ def gatfast_grads(mod):
 
 
 class DglRunner:
-    """DGL's ``GATv2Conv`` (or the 2-layer recipe) on a workload, with gatfast's weights, ready to time.
+    """DGL's ``GATv2Conv`` (or the network) on a workload, with gatfast's weights, ready to time.
 
     The interface of ``PygRunner``: ``forward``, ``forward_backward``,
-    ``forward_cache`` + ``backward_only``, ``train_step``. The weights are those
-    of ``GatfastRunner(w, seed)``; :func:`agreement` checks the outputs and
-    gradients against it.
+    ``forward_cache`` + ``backward_only``, ``train_step``, ``outputs``. The
+    weights are those of ``GatfastRunner(w, seed)``.
     """
 
     def __init__(self, w: Workload, seed=0):
         import torch
 
+        if w.edge_attr is not None:
+            raise ValueError(f"{w.name}: DGL's GATv2Conv has no edge features")
         torch.manual_seed(seed)  # dropout masks
         self.torch = torch
         self.w = w
-        self.graph = dgl_graph(w.graph)
+        self.graph = dgl_graph(w.graph, bipartite=w.bipartite)
         self.x = torch.from_numpy(np.ascontiguousarray(w.dense_x(), dtype=DTYPE))
+        self.x_dst = None if w.x_dst is None else torch.from_numpy(np.ascontiguousarray(w.x_dst))
         self.grad = torch.from_numpy(w.grad_out())
         self.x_grad = not sp.issparse(w.x)
         ref = GatfastRunner(w, seed)
         if w.kind == "train":
-            self.model = two_layer_from_gatfast(ref.model)
+            self.model = network_from_gatfast(ref.model)
             self.y = torch.from_numpy(w.y)
-            self.mask = torch.from_numpy(w.train_mask)
-            self.opt = torch.optim.Adam(self.model.parameters(), lr=0.005, weight_decay=5e-4)
+            self.mask = None if w.train_mask is None else torch.from_numpy(w.train_mask)
+            self.opt = torch.optim.Adam(self.model.parameters(), **w.extra["optim"])
         else:
             self.model = layer_from_gatfast(ref.layer)
             self.opt = None
         self.model.float()
 
+    def _inputs(self):
+        x = self.x.requires_grad_(self.x_grad)
+        x.grad = None
+        if self.x_dst is None:
+            return x
+        x_dst = self.x_dst.requires_grad_(True)
+        x_dst.grad = None
+        return (x, x_dst)
+
     def forward(self):
         with self.torch.no_grad():
             if self.w.kind == "train":
                 self.model.eval()
-            return self.model(self.graph, self.x)
+            return self.model(self.graph, self.x if self.x_dst is None else (self.x, self.x_dst))
 
     def forward_backward(self):
         if self.w.kind == "train":
             return self.train_step()
-        x = self.x.requires_grad_(self.x_grad)
         self.model.zero_grad(set_to_none=True)
-        x.grad = None
-        out = self.model(self.graph, x)
+        out = self.model(self.graph, self._inputs())
         out.backward(self.grad)
         return out
 
     def forward_cache(self):
         """A forward pass with the autograd graph kept, for ``backward_only``."""
-        x = self.x.requires_grad_(self.x_grad)
         self.model.zero_grad(set_to_none=True)
-        x.grad = None
-        return self.model(self.graph, x)
+        return self.model(self.graph, self._inputs())
 
     def backward_only(self, out):
         out.backward(self.grad, retain_graph=True)
 
-    def loss(self):
+    def loss(self, logits=None):
         import torch.nn.functional as F
 
-        logits = self.model(self.graph, self.x)
+        logits = self.model(self.graph, self.x) if logits is None else logits
+        if self.w.extra["task"] == "regression":
+            return F.mse_loss(logits, self.y)
         return F.cross_entropy(logits[self.mask], self.y[self.mask])
 
     def train_step(self):
@@ -283,56 +309,34 @@ class DglRunner:
         self.opt.step()
         return out
 
-
-def agreement(w: Workload, seed=0):
-    """Largest norm-wise relative difference between DGL and gatfast on ``w``, same weights, no dropout.
-
-    Compares the output and every gradient: of the layer (parameters and, for
-    dense features, the input; upstream gradient ``w.grad_out()``) or, for the
-    training workload, of the 2-layer network under its cross-entropy loss in
-    evaluation mode (the training step is the same computation plus dropout
-    masks, which no two libraries draw alike, and Adam).
-    Returns ``{name: rel_err}``; ``check_agreement`` turns it into a pass/fail.
-    """
-    import torch
-
-    ref = GatfastRunner(w, seed)
-    dgl_side = DglRunner(w, seed)
-    errs = {}
-    if w.kind == "train":
-        from gatfast.models import softmax_cross_entropy
-
-        model = ref.model
-        logits, cache = model.forward(w.graph, w.x, training=False)
-        _, grad = softmax_cross_entropy(logits, w.y, w.train_mask)
-        want = model.backward(cache, grad)
-        dgl_side.model.eval()
-        out = dgl_side.model(dgl_side.graph, dgl_side.x)
-        torch.nn.functional.cross_entropy(out[dgl_side.mask], dgl_side.y[dgl_side.mask]).backward()
-        errs["out"] = rel_err(out.detach().numpy(), logits)
-        for l, mod in enumerate((dgl_side.model.conv1, dgl_side.model.conv2)):
-            for k, v in gatfast_grads(mod).items():
-                errs[f"layers.{l}.{k}"] = rel_err(v, want[f"layers.{l}.{k}"])
-    else:
-        out_ref, cache = ref.layer.forward(w.graph, w.x)
-        want = ref.layer.backward(cache, ref.grad)
-        x = dgl_side.x.requires_grad_(dgl_side.x_grad)
-        out = dgl_side.model(dgl_side.graph, x)
-        out.backward(dgl_side.grad)
-        errs["out"] = rel_err(out.detach().numpy(), out_ref)
-        got = gatfast_grads(dgl_side.model)
-        if dgl_side.x_grad:
+    def outputs(self):
+        """The output and gradients under gatfast's names (see ``GatfastRunner.outputs``): no dropout, no step."""
+        self.model.zero_grad(set_to_none=True)
+        if self.w.kind == "train":
+            self.model.eval()
+            out = self.model(self.graph, self.x)
+            self.loss(out).backward()
+            got = {"out": out.detach().numpy()}
+            for l, mod in enumerate(self.model.convs):
+                got.update({f"layers.{l}.{k}": v for k, v in gatfast_grads(mod).items()})
+            return got
+        x = self._inputs()
+        out = self.model(self.graph, x)
+        out.backward(self.grad)
+        got = {"out": out.detach().numpy(), **gatfast_grads(self.model)}
+        if self.x_dst is not None:
+            got["x_src"], got["x_dst"] = x[0].grad.numpy(), x[1].grad.numpy()
+        elif self.x_grad:
             got["x"] = x.grad.numpy()
-        for k, v in got.items():
-            errs[k] = rel_err(v, want[k])
-    return errs
+        return got
+
+
+def agreement_errors(w: Workload, seed=0):
+    """``{name: error}`` between DGL and gatfast on ``w`` (same weights, no dropout; see ``agreement``)."""
+    return agreement.errors(DglRunner(w, seed).outputs(), GatfastRunner(w, seed).outputs())
 
 
 def check_agreement(w: Workload, seed=0, tol=FLOAT32_TOL):
-    """:func:`agreement`, raising if any difference exceeds ``tol``; returns the largest one."""
-    errs = agreement(w, seed)
-    worst = max(errs, key=errs.get)
-    if errs[worst] > tol:
-        raise AssertionError(f"DGL and gatfast differ on {w.name}: {worst} rel. error {errs[worst]:.2e} > {tol:g} "
-                             f"({errs})")
-    return errs[worst]
+    """Raise ``agreement.Disagreement`` if DGL does not compute gatfast's function on ``w``; returns the largest error."""
+    errs = agreement.check(DglRunner(w, seed).outputs(), GatfastRunner(w, seed).outputs(), "DGL", w.name, tol)
+    return max(errs.values())

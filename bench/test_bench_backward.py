@@ -21,7 +21,9 @@ def test_backward(benchmark, get_workload, make_runner, name, lib):
     runner = make_runner(lib, w)
     cache = runner.forward_cache()
     benchmark.group = f"backward {name}"
-    benchmark.extra_info.update(nodes=w.num_nodes, edges=w.graph.nnz)
+    benchmark.extra_info.update(nodes=w.num_nodes, edges=w.graph.nnz, edge_dim=w.edge_dim, bipartite=w.bipartite)
     grads = benchmark(runner.backward_only, cache)
     if lib == "gatfast":
         assert np.all(np.isfinite(grads["att"]))
+        if w.edge_dim:
+            assert grads["edge_attr"].shape == w.edge_attr.shape

@@ -1,0 +1,113 @@
+"""The arrays the kernel calls of ``rooflib.kernels`` take, prepared as ``gatfast/layers`` prepares them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gatfast import _runtime
+from gatfast.kernels import (
+    ACTIVATIONS,
+    gatv2_backward_source,
+    gatv2_backward_source_serial,
+    gatv2_backward_target,
+    gatv2_backward_target_serial,
+    gatv2_forward,
+    gatv2_forward_serial,
+    num_att_blocks,
+)
+
+
+def edge_weights(layer, params):
+    """``W_e`` as ``(H, D, C)``, or the ``(H, 1, C)`` dummy without edge features (as ``layers/passes.py``)."""
+    H, C = layer.heads, layer.out_features
+    if layer.edge_dim is None:
+        return np.zeros((H, 1, C), layer.dtype)
+    return np.ascontiguousarray(params["W_e"].reshape(H, C, layer.edge_dim).transpose(0, 2, 1))
+
+
+class State:
+    """Arrays from one forward + backward of a workload's layer, for calling each kernel on its own.
+
+    The parallel driver of each edge kernel, or its serial twin, is chosen
+    as the layer chooses it (``gatfast._runtime.use_parallel`` on edges x
+    heads x channels x (1 + D)).
+    """
+
+    def __init__(self, w, runner):
+        layer = runner.layer
+        self.layer = layer
+        self.dtype = layer.dtype
+        self.graph, self.x_in, self.edge_attr = w.graph, w.layer_x(), w.edge_attr
+        out, cache = layer.forward(w.graph, self.x_in, w.edge_attr)
+        layer.backward(cache, runner.grad, theta_r=w.theta_r)
+        g = cache.graph
+        inputs = cache.inputs
+        n_dst, n_src = g.shape
+        H, C = layer.heads, layer.out_features
+        p = cache.params
+        self.x_src, self.x_dst = inputs.x_src, inputs.x_dst
+        self.bipartite = inputs.relation == "pair"
+        self.W_l = p["W_l"]
+        self.W_r = p.get("W_r", p["W_l"])
+        self.b_l_opt, self.b_r_opt = p.get("b_l"), p.get("b_r")
+        empty = np.zeros(0, self.dtype)
+        self.b_l = empty if self.b_l_opt is None else self.b_l_opt
+        self.b_r = empty if self.b_r_opt is None else self.b_r_opt
+        self.bias = p["bias"]
+        self.att = p["att"]
+        self.slope = self.dtype.type(layer.negative_slope)
+        self.kind = ACTIVATIONS[layer.attention_activation]
+        self.u = inputs.u
+        self.weT = edge_weights(layer, p)
+        dims = self.u.shape[1]
+        has_edge = self.u.shape[0] > 0
+        work = g.nnz * H * C * (1 + dims if has_edge else 1)
+        parallel = _runtime.use_parallel(work)
+        self.parallel = parallel
+        self.forward_kernel = gatv2_forward if parallel else gatv2_forward_serial
+        self.target_kernel = gatv2_backward_target if parallel else gatv2_backward_target_serial
+        self.source_kernel = gatv2_backward_source if parallel else gatv2_backward_source_serial
+        self.indptr, self.indices = g.indptr, g.indices
+        self.src_indptr, self.src_edges = g.source_order()
+        self.src_targets = g.targets()[self.src_edges]
+        self.edge_scale = cache.edge_scale
+        self.xl = np.array(cache.xl)  # own copies: the projections kernel overwrites xl and xr
+        self.xr = np.array(cache.xr)
+        self.alpha = np.array(cache.alpha)
+        self.out = np.empty((n_dst, H, C), self.dtype)
+        self.out2d = self.out.reshape(n_dst, H * C)
+        self.out2d[...] = out
+        self.grad_out = runner.grad
+        self.g_heads = runner.grad.reshape(n_dst, H, C)
+        nnz = g.nnz
+        blocks = num_att_blocks(n_dst)
+        self.upstream = np.empty((nnz, H), self.dtype)
+        self.delta = np.empty((nnz, H), self.dtype)
+        self.p_term = np.empty((n_dst, H, C), self.dtype)
+        self.q_term = np.empty((n_src, H, C), self.dtype)
+        self.att_part = np.empty((blocks, H, C), self.dtype)
+        self.we_part = np.empty((blocks if has_edge else 0, H, dims, C), self.dtype)
+        self.grad_u = np.empty((nnz if has_edge else 0, dims), self.dtype)
+        sparse = self.x_sparse
+        self.grad_x_src = None if sparse else np.empty(self.x_src.shape, self.dtype)
+        self.grad_x_dst = np.empty(self.x_dst.shape, self.dtype) if self.bipartite else None
+        self.x_t = self.x_src.T.tocsr() if sparse else None
+        # real gradients of the projections for the dense products
+        self.target_kernel(self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind, self.u,
+                           self.weT, self.edge_scale, self.alpha, self.g_heads, w.theta_r == "pairwise",
+                           self.upstream, self.delta, self.p_term, self.att_part, self.we_part, self.grad_u)
+        self.source_kernel(self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att,
+                           self.slope, self.kind, self.u, self.weT, self.edge_scale, self.alpha, self.delta,
+                           self.g_heads, self.q_term)
+        self.grad_xl = self.q_term.reshape(n_src, H * C)
+        self.grad_xr = self.p_term.reshape(n_dst, H * C)
+
+    @property
+    def x(self):
+        return self.x_src
+
+    @property
+    def x_sparse(self):
+        import scipy.sparse as sp
+
+        return sp.issparse(self.x_src)
