@@ -217,8 +217,11 @@ def test_absurd_sizes_fail_fast_in_train_and_the_estimator():
     with pytest.raises(ValueError, match="weights, above gatfast's limit"):
         gatfast.train("karate", hidden=60000, heads=1000, epochs=1, quiet=True)
     ds = load_karate()
+    with pytest.raises(ValueError, match="layers must be <= 64"):
+        clf = gatfast.GATv2Classifier(graph=ds.graph, node_features=ds.x, layers=10**6)
+        clf.fit(np.arange(ds.num_nodes)[:, None], ds.y)
     with pytest.raises(ValueError, match="num_layers must be <= 64"):
-        gatfast.GATv2Classifier(num_layers=10**6).fit(ds.graph, ds.x, ds.y)
+        gatfast.GATv2Network(3, 4, 2, num_layers=10**6)
 
 
 def test_a_directory_named_like_a_shipped_dataset_does_not_hide_it(tmp_path, monkeypatch, capsys):

@@ -62,11 +62,11 @@ def test_graph_level_network_round_trip(mutag):
 
 
 def test_fitted_classifier_round_trip(karate):
-    clf = GATv2Classifier(hidden=4, heads=2, epochs=5, seed=0).fit(karate.graph, karate.x, karate.y)
+    nodes = np.arange(karate.num_nodes)[:, None]
+    clf = GATv2Classifier(graph=karate.graph, node_features=karate.x, hidden=4, heads=2, epochs=5, seed=0)
+    clf.fit(nodes, karate.y)
     copy = round_trip(clf)
-    np.testing.assert_array_equal(
-        copy.predict_proba(karate.graph, karate.x), clf.predict_proba(karate.graph, karate.x)
-    )
+    np.testing.assert_array_equal(copy.predict_proba(nodes), clf.predict_proba(nodes))
     np.testing.assert_array_equal(copy.classes_, clf.classes_)
 
 
