@@ -49,6 +49,7 @@ __all__ = [
 #: calling thread: waking the other threads costs more than they save.
 SERIAL_WORK = 1 << 15
 
+_NOTHING = nullcontext()  # a shared no-op context for fast paths
 _state = {"pid": None, "controller": None, "notice_given": False, "forked_after_openmp": False}
 _pools = {}
 _lock = threading.Lock()
@@ -125,18 +126,24 @@ def _blas_controller():
     return controller[1]
 
 
-@contextmanager
-def blas_single_thread():
-    """Hold every loaded BLAS at one thread for the block, then restore the previous limits.
+#: Products smaller than this (rows x columns of the input) run without changing BLAS's
+#: threads: OpenBLAS uses one thread for them anyway, and the limit costs 20-60 us a use.
+BLAS_SMALL = 1 << 16
+
+
+def blas_single_thread(work=None):
+    """Hold every loaded BLAS at one thread for a block, then restore the previous limits.
 
     Used around the layer's row-chunked dense products: each chunk is one
     single-threaded BLAS call on a thread of :func:`run_chunks`, so BLAS's own
     (busy-waiting) worker threads never compete with Numba's for the cores.
     The controller is built once per process (about 5 ms) and each use costs
-    about 20 microseconds.
+    20-60 microseconds, so ``work`` below :data:`BLAS_SMALL` gets a no-op
+    context instead.
     """
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        yield
+    if work is not None and work < BLAS_SMALL:
+        return _NOTHING
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def run_chunks(task, chunks):
@@ -190,7 +197,6 @@ class _Notice:
         return False
 
 
-_NO_NOTICE = nullcontext()
 _seen_keys = set()
 
 
@@ -203,6 +209,6 @@ def compile_notice(key, delay=1.0, stream=None):
     a key already seen get a shared no-op context (no thread, no timer).
     """
     if key in _seen_keys or _state["notice_given"]:
-        return _NO_NOTICE
+        return _NOTHING
     _seen_keys.add(key)
     return _Notice(delay, stream)

@@ -372,12 +372,17 @@ class CSRGraph:
         return self.loop_layout().graph
 
     def without_self_loops(self):
-        """Return the graph with every self loop removed (row order kept)."""
-        keep = self._indices != self.targets()
-        if keep.all():
-            return self
-        indptr, indices = without_loops(self, keep)
-        return CSRGraph(indptr, indices, self._num_dst, self._num_src if self.is_bipartite() else None)
+        """Return the graph with every self loop removed (row order kept; cached)."""
+        cached = self._cache.get("no_loops")
+        if cached is None:
+            keep = self._indices != self.targets()
+            if keep.all():
+                cached = self
+            else:
+                indptr, indices = without_loops(self, keep)
+                cached = CSRGraph(indptr, indices, self._num_dst, self._num_src if self.is_bipartite() else None)
+            self._cache["no_loops"] = cached
+        return cached
 
     def is_bipartite(self):
         """True if sources and targets are counted separately (``num_src != num_dst``)."""

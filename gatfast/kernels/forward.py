@@ -32,10 +32,10 @@ from .edge import edge_z
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_score
 
-ROW_BLOCK = 32  # rows per parallel work item (each allocates its own small scratch)
+ROW_BLOCK = 256  # rows per parallel work item (each allocates its own small scratch)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
     nnz = indices.size
     heads = att.shape[0]
@@ -48,7 +48,7 @@ def _forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edg
     leaky = kind == LEAKY_RELU
     # the SIMD score needs contiguous channels (always true for the layer's buffers)
     simd = leaky and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize and att.strides[1] == att.itemsize
-    zb = np.empty((1, heads, channels), dtype=xl.dtype)
+    zb = np.empty((1, heads, channels) if has_edge else (1, 1, 1), dtype=xl.dtype)
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]

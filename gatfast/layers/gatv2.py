@@ -18,11 +18,11 @@ from .._random import RandomKeys
 from ..kernels import ACTIVATIONS, csr_dense_matmul2
 from . import pyg
 from .cache import LayerCache
-from .dense import bias_or_empty, dense_projections, linear, linear_into
+from .dense import bias_or_empty, dense_projections, is_small, linear, linear_into, small_projections
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
-from .passes import attention_backward, attention_dropout, attention_forward
+from .passes import attention_backward, attention_dropout, attention_forward, kernel_constants
 from .shapes import layer_parameter_shapes
 from .workspace import Workspace
 
@@ -165,6 +165,7 @@ class GATv2Layer:
         self.reset_parameters()
         self._workspace = Workspace()
         self._token = object()
+        self.constants = kernel_constants(self)
 
     def _shapes(self):
         return layer_parameter_shapes(self.in_features, self.out_features, self.heads, self.concat,
@@ -279,10 +280,11 @@ class GATv2Layer:
         """
         _runtime.ensure_initialised()
         inputs = resolve_inputs(self, graph, x, edge_attr)
-        self.params.check_finite()
+        self.params.check_shapes()  # finiteness: checked on the output, which any NaN parameter reaches
         if rng is not None and not isinstance(rng, (np.random.Generator, RandomKeys)):
             raise TypeError(f"rng must be a numpy.random.Generator or gatfast RandomKeys, got {type(rng).__name__}")
-        with _runtime.blas_single_thread(), _runtime.compile_notice(("forward", self.dtype.char)):
+        work = inputs.x_src.shape[0] * self.in_features_src
+        with _runtime.blas_single_thread(work), _runtime.compile_notice(("forward", self.dtype.char)):
             return self._forward(inputs, bool(training), rng)
 
     __call__ = forward
@@ -299,7 +301,9 @@ class GATv2Layer:
             _project_one(x_src, W_l, b_l, xl.reshape(n_src, H * C))
             return xl, xl
         xr = ws.empty("xr", (n_dst, H, C), dtype)
-        if inputs.relation == "same" and sp.issparse(x_src):  # both projections in one pass over the features
+        if inputs.relation == "same" and not sp.issparse(x_src) and is_small(n_src, x_src.shape[1], H * C):
+            small_projections(x_src, W_l, b_l, W_r, b_r, xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
+        elif inputs.relation == "same" and sp.issparse(x_src):  # both projections in one pass over the features
             csr_dense_matmul2(x_src.indptr, x_src.indices, x_src.data, np.ascontiguousarray(W_l.T),
                               np.ascontiguousarray(W_r.T), bias_or_empty(b_l, dtype), bias_or_empty(b_r, dtype),
                               xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
@@ -312,7 +316,7 @@ class GATv2Layer:
 
     def _forward(self, inputs, training, rng):
         g = inputs.attention
-        H, C, dtype = self.heads, self.out_features, self.dtype
+        H, C = self.heads, self.out_features
         n = g.num_dst
         params = dict(self.params)
         ws = self._workspace
@@ -320,7 +324,7 @@ class GATv2Layer:
         if training and self.dropout > 0.0:
             edge_scale = attention_dropout(self, inputs, self._rng if rng is None else rng, ws)
         else:
-            edge_scale = np.zeros((0, H), dtype)
+            edge_scale = self.constants.no_dropout
         alpha, per_head = attention_forward(self, g, xl, xr, inputs.u, edge_scale, params, ws)
         x_dst = inputs.x_dst
         if self.root_weight == "theta_r":
@@ -333,6 +337,10 @@ class GATv2Layer:
             out += linear(x_dst, params["W_res"], None)
         if self.bias:
             out += params["bias"]
+        if not V.all_finite(out):
+            self.params.check_finite()  # names a non-finite parameter, if one is the cause
+            raise V.NonFiniteError("the layer output contains NaN or inf: an overflow (scale the inputs or the "
+                                   "parameters down)")
         cache = LayerCache.make(self._token, inputs, xl, xr, alpha, edge_scale, params)
         return out, cache
 
@@ -364,7 +372,8 @@ class GATv2Layer:
         V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
         grad_out = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
         _runtime.ensure_initialised()
-        with _runtime.blas_single_thread(), _runtime.compile_notice(("backward", self.dtype.char)):
+        work = cache.inputs.x_src.shape[0] * self.in_features_src
+        with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
             grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
         return {k: grads[k] for k in keys}

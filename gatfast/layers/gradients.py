@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..kernels import csr_dense_matmul2
-from .dense import dense_backward, matmul_add, weight_grad
+from .dense import dense_backward, is_small, matmul_add, small_projection_grads, weight_grad
 
 __all__ = ["input_side_grads"]
 
@@ -39,6 +39,15 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws):
     grads = {}
     bias = layer.bias
     H, C = layer.heads, layer.out_features
+    if not sp.issparse(x) and is_small(x.shape[0], x.shape[1], H * C):  # one Numba call for all of it
+        W_l = params["W_l"]
+        gW_l, gb_l, gW_r, gb_r, grad_x = small_projection_grads(
+            x, grad_xl, grad_xr, W_l, W_l if layer.share_weights else params["W_r"], bias, True)
+        if layer.share_weights:
+            grads["W_l"], grads["b_l"] = gW_l + gW_r, (gb_l + gb_r) if bias else None
+        else:
+            grads.update(W_l=gW_l, b_l=gb_l, W_r=gW_r, b_r=gb_r)
+        return grads, grad_x
     if not sp.issparse(x):  # both weight gradients, biases and grad_x by row chunks in parallel
         grad_x = ws.empty("grad_x", x.shape, x.dtype)
         if layer.share_weights:

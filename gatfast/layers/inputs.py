@@ -13,7 +13,7 @@ Three ways the features relate to the graph (``relation``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,8 +25,7 @@ from ..kernels import FILL_CONST, FILL_MODES, fill_loop_attr, fill_loop_attr_bac
 __all__ = ["Inputs", "check_fill_value", "edge_attr_grad", "resolve_inputs"]
 
 
-@dataclass(frozen=True)
-class Inputs:
+class Inputs(NamedTuple):
     """Validated inputs of one forward call (see the module docstring for ``relation``)."""
 
     graph: CSRGraph  # the graph as given
@@ -109,7 +108,7 @@ def resolve_inputs(layer, graph, x, edge_attr):
     else:
         attention = graph
     if checked is None:
-        u, shape = np.zeros((0, layer.edge_dim or 1), layer.dtype), ()
+        u, shape = layer.constants.no_edges, ()
     else:
         attr, shape = checked
         u = _attention_order(layer, graph, attention, attr)

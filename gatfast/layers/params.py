@@ -67,13 +67,18 @@ class ParamDict(dict):
     def __delitem__(self, name):
         raise TypeError("parameters cannot be removed from a layer")
 
-    def check_finite(self):
-        """Raise ValueError if any parameter holds NaN or inf (e.g. after a bad step)."""
+    def check_shapes(self):
+        """Raise if a stored array no longer has its declared shape or dtype (cheap: no data is read)."""
         for name, arr in self.items():
             if arr.shape != self._shapes[name]:
                 raise ValueError(f"params[{name!r}] must have shape {self._shapes[name]}, got {arr.shape}")
             if arr.dtype != self._dtype:
                 raise TypeError(f"params[{name!r}] must have dtype {self._dtype}, got {arr.dtype}")
+
+    def check_finite(self):
+        """Raise ValueError if any parameter holds NaN or inf (e.g. after a bad step)."""
+        self.check_shapes()
+        for name, arr in self.items():
             if not all_finite(arr):
                 raise NonFiniteError(f"params[{name!r}] must be finite, but contains NaN or inf")
 

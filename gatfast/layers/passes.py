@@ -8,6 +8,8 @@ fixed order.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _runtime
@@ -26,7 +28,30 @@ from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_draws
 
-__all__ = ["attention_backward", "attention_dropout", "attention_forward"]
+__all__ = ["KernelConstants", "attention_backward", "attention_dropout", "attention_forward", "kernel_constants"]
+
+
+class KernelConstants(NamedTuple):
+    """What every kernel call of a layer passes unchanged, made once (read-only arrays)."""
+
+    slope: object  # the LeakyReLU slope as a scalar of the layer's dtype
+    kind: int  # the attention activation's code
+    no_edges: np.ndarray  # (0, D): no edge attributes
+    no_dropout: np.ndarray  # (0, H): no dropout multipliers
+    no_edge_weights: np.ndarray  # (H, 1, C) zeros, for layers without edge features
+
+
+def _read_only(arr):
+    arr.flags.writeable = False
+    return arr
+
+
+def kernel_constants(layer):
+    """The :class:`KernelConstants` of ``layer``."""
+    H, C, dtype = layer.heads, layer.out_features, layer.dtype
+    return KernelConstants(dtype.type(layer.negative_slope), ACTIVATIONS[layer.attention_activation],
+                           _read_only(np.zeros((0, layer.edge_dim or 1), dtype)),
+                           _read_only(np.zeros((0, H), dtype)), _read_only(np.zeros((H, 1, C), dtype)))
 
 
 def attention_dropout(layer, inputs, rng, ws):
@@ -50,7 +75,7 @@ def _edge_weights(layer, params):
     """``W_e`` (H*C, D) as ``(H, D, C)``, contiguous over channels; a (H, 1, C) dummy without edge features."""
     H, C = layer.heads, layer.out_features
     if layer.edge_dim is None:
-        return np.zeros((H, 1, C), layer.dtype)
+        return layer.constants.no_edge_weights
     return np.ascontiguousarray(params["W_e"].reshape(H, C, layer.edge_dim).transpose(0, 2, 1))
 
 
@@ -64,8 +89,9 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
     alpha = ws.empty("alpha", (g.nnz, H), dtype)
     per_head = ws.empty("out", (g.num_dst, H, C), dtype)
     kernel = gatv2_forward if _runtime.use_parallel(_work(g, layer, u)) else gatv2_forward_serial
-    kernel(g.indptr, g.indices, xl, xr, params["att"], dtype.type(layer.negative_slope),
-           ACTIVATIONS[layer.attention_activation], u, _edge_weights(layer, params), edge_scale, alpha, per_head)
+    k = layer.constants
+    kernel(g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind, u, _edge_weights(layer, params), edge_scale,
+           alpha, per_head)
     return alpha, per_head
 
 
@@ -87,8 +113,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws):
     if layer.bias:
         grads["bias"] = grad_out.sum(axis=0)
 
-    kind = ACTIVATIONS[layer.attention_activation]
-    slope = dtype.type(layer.negative_slope)
+    kind, slope = layer.constants.kind, layer.constants.slope
     weT = _edge_weights(layer, params)
     blocks = num_att_blocks(n_dst)
     upstream = ws.empty("upstream", (g.nnz, H), dtype)

@@ -9,6 +9,13 @@ import numpy as np
 __all__ = ["Workspace"]
 
 
+def _size(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
 class Workspace:
     """Big arrays kept between calls, so a training loop does not pay for
     fresh memory (page faults and zeroing) at every step.
@@ -22,6 +29,7 @@ class Workspace:
     """
 
     SLOTS = 2
+    SMALL = 1 << 16  # bytes: below this a fresh array is cheaper than the bookkeeping
 
     def __init__(self):
         self._arrays = {}
@@ -29,8 +37,11 @@ class Workspace:
 
     def empty(self, key, shape, dtype):
         """An uninitialised array of ``shape`` and ``dtype``, reused when free."""
+        if not isinstance(dtype, np.dtype):
+            dtype = np.dtype(dtype)
+        if dtype.itemsize * _size(shape) < self.SMALL:
+            return np.empty(shape, dtype)
         shape = tuple(int(s) for s in shape)
-        dtype = np.dtype(dtype)
         slots = self._arrays.setdefault(key, [])
         for arr in slots:
             # references: the list, the loop variable and getrefcount's argument
