@@ -140,6 +140,11 @@ def _check_cast_values(out, arr, name, dtype):
 
 def check_features(x, name, num_nodes, num_features, dtype):
     """Validate node features, dense or scipy.sparse; sparse stays sparse (CSR)."""
+    if (type(x) is np.ndarray and x.dtype == dtype and x.shape == (num_nodes, num_features)
+            and x.flags.c_contiguous):  # the common case, in O(1) plus one finiteness pass
+        if not all_finite(x):
+            raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
+        return x
     if sp.issparse(x):
         _check_float_kind(x.dtype, name)
         if x.ndim != 2 or x.shape != (num_nodes, num_features):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -12,16 +12,20 @@ from ..graph import CSRGraph
 __all__ = ["LayerCache"]
 
 
-def _frozen(arr):
-    """A read-only view: the kernels trust these arrays, so nobody may write to them through the cache."""
-    view = arr.view()
-    view.flags.writeable = False
-    return view
+def _frozen(arr, owned):
+    """Read-only: the kernels trust these arrays, so nobody may write to them through the cache.
+
+    An array the call made for itself (``owned``) is marked read-only as is;
+    one the layer's workspace may hand out again gets a read-only view.
+    """
+    if not owned:
+        arr = arr.view()
+    arr.flags.writeable = False
+    return arr
 
 
-@dataclass(frozen=True)
-class LayerCache:
-    """What ``forward`` keeps for ``backward`` (read-only; owned by the layer that made it).
+class LayerCache(NamedTuple):
+    """What ``forward`` keeps for ``backward`` (immutable; owned by the layer that made it).
 
     Attributes
     ----------
@@ -50,10 +54,11 @@ class LayerCache:
     owner: object
 
     @classmethod
-    def make(cls, owner, inputs, xl, xr, alpha, edge_scale, params):
-        """A cache of read-only views, tagged with the layer's ``owner`` token."""
-        return cls(inputs.attention, inputs, _frozen(xl), _frozen(xr), _frozen(alpha), _frozen(edge_scale),
-                   MappingProxyType(dict(params)), owner)
+    def make(cls, owner, inputs, xl, xr, alpha, edge_scale, params, owned=False):
+        """A read-only cache tagged with the layer's ``owner`` token (``owned``: the arrays are the call's own)."""
+        return cls(inputs.attention, inputs, _frozen(xl, owned), _frozen(xr, owned), _frozen(alpha, owned),
+                   edge_scale if not edge_scale.size else _frozen(edge_scale, owned),
+                   MappingProxyType(params), owner)
 
     @property
     def x(self):

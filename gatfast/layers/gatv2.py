@@ -341,7 +341,8 @@ class GATv2Layer:
             self.params.check_finite()  # names a non-finite parameter, if one is the cause
             raise V.NonFiniteError("the layer output contains NaN or inf: an overflow (scale the inputs or the "
                                    "parameters down)")
-        cache = LayerCache.make(self._token, inputs, xl, xr, alpha, edge_scale, params)
+        small = max(xl.nbytes, xr.nbytes, alpha.nbytes) < Workspace.SMALL  # fresh arrays, not the workspace's
+        cache = LayerCache.make(self._token, inputs, xl, xr, alpha, edge_scale, params, owned=small)
         return out, cache
 
     # ------------------------------------------------------------------ backward
