@@ -60,6 +60,7 @@ def _target_block(
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     qb = np.empty((1, heads, channels), dtype=xl.dtype)
+    sb = np.empty((1, heads, channels), dtype=xl.dtype)
     for h in range(heads):
         for c in range(channels):
             att_part[b, h, c] = zero
@@ -104,13 +105,22 @@ def _target_block(
                 edge_z(zb, xr, i, xl, j, u, weT, e)
                 for h in range(heads):
                     dl = delta[e, h]
+                    if leaky:  # branch-free, so the channel loop vectorises
+                        for c in range(channels):
+                            z = zb[0, h, c]
+                            pos = z > zero
+                            sb[0, h, c] = one if pos else slope
+                            att_part[b, h, c] += dl * (z if pos else slope * z)
+                    else:
+                        for c in range(channels):
+                            z = zb[0, h, c]
+                            sb[0, h, c] = act_slope(z, kind, slope)
+                            att_part[b, h, c] += dl * act(z, kind, slope)
                     for c in range(channels):
-                        z = zb[0, h, c]
-                        s = act_slope(z, kind, slope)
-                        att_part[b, h, c] += dl * act(z, kind, slope)
-                        if not pairwise:
-                            p_out[i, h, c] += dl * s
-                        qb[0, h, c] = dl * att[h, c] * s  # q_ij = ∂L/∂z_ij
+                        qb[0, h, c] = dl * att[h, c] * sb[0, h, c]  # q_ij = ∂L/∂z_ij
+                    if not pairwise:
+                        for c in range(channels):
+                            p_out[i, h, c] += dl * sb[0, h, c]
                 for d in range(dims):
                     g = zero
                     for h in range(heads):
@@ -255,7 +265,11 @@ def _source_rows(
                 w = alpha[e, h]
                 if dropout:
                     w = w * edge_scale[e, h]
-                if has_edge:
+                if has_edge and leaky:  # branch-free
+                    for c in range(channels):
+                        s = one if zb[0, h, c] > zero else slope
+                        q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
+                elif has_edge:
                     for c in range(channels):
                         q_out[j, h, c] += dl * att[h, c] * act_slope(zb[0, h, c], kind, slope) + w * grad[i, h, c]
                 elif leaky:  # branch-free inner loop
