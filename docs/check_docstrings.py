@@ -54,6 +54,8 @@ OFF = {
     "PR08": "descriptions often start with a literal (``None``, ``\"mean\"``, ``(n, F)``), which is clearer "
     "than forcing a capital letter; PR09 (the period) stays on",
     "RT04": "as PR08, for the Returns section; RT05 (the period) stays on",
+    "RT02": "the numpydoc format allows naming a single return value (``total_norm : float``), and the "
+    "name is what the description and the other sections refer to",
     "GL01": "this numpydoc accepts a summary on the opening line or the next, so GL01 only flags "
     "docstrings with several blank lines first; off so as not to depend on that version detail",
 }
