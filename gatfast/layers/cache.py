@@ -38,6 +38,8 @@ class LayerCache:
         Attention-dropout multipliers ``m_ij / (1 - p)``; empty without dropout.
     params : mapping
         The parameter arrays the forward pass used (a read-only mapping).
+    owner : object
+        The token of the layer that made the cache (see :meth:`check_owner`).
     """
 
     graph: CSRGraph
@@ -51,7 +53,24 @@ class LayerCache:
 
     @classmethod
     def make(cls, owner, inputs, xl, xr, alpha, edge_scale, params):
-        """A cache of read-only views, tagged with the layer's ``owner`` token."""
+        """Build a cache of read-only views, tagged with the layer's ``owner`` token.
+
+        Parameters
+        ----------
+        owner : object
+            The layer's token.
+        inputs : Inputs
+            The validated inputs; ``inputs.attention`` is the attention graph.
+        xl, xr, alpha, edge_scale : ndarray
+            The arrays of the same names (see the class docstring); stored as read-only views.
+        params : mapping
+            The parameter arrays used; stored as a read-only mapping.
+
+        Returns
+        -------
+        LayerCache
+            The new cache.
+        """
         return cls(inputs.attention, inputs, _frozen(xl), _frozen(xr), _frozen(alpha), _frozen(edge_scale),
                    MappingProxyType(dict(params)), owner)
 
@@ -61,7 +80,20 @@ class LayerCache:
         return (self.inputs.x_src, self.inputs.x_dst) if self.inputs.relation == "pair" else self.inputs.x_src
 
     def check_owner(self, token, layer):
-        """Refuse a cache made by another layer (or by this layer before it was copied or unpickled)."""
+        """Refuse a cache made by another layer (or by this layer before it was copied or unpickled).
+
+        Parameters
+        ----------
+        token : object
+            The calling layer's token.
+        layer : GATv2Layer
+            The calling layer, named in the error.
+
+        Raises
+        ------
+        ValueError
+            When the cache's ``owner`` is not ``token``.
+        """
         if self.owner is not token:
             raise ValueError(f"cache was made by another layer's forward, not by this {layer!r}: pass the cache "
                              "returned by this layer's own forward")
