@@ -31,9 +31,13 @@ import importlib
 import inspect
 import pkgutil
 import sys
+from pathlib import Path
 
 from numpydoc.docscrape import get_doc_object
 from numpydoc.validate import ERROR_MSGS, Validator, validate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import options_doc  # noqa: E402  (docs/options_doc.py, beside this script)
 
 # ---------------------------------------------------------------------------------------------- the rules
 # The checks that are OFF, and why. Everything else numpydoc knows is ON, in particular:
@@ -112,10 +116,17 @@ class _Validator(Validator):
       Other Attributes entries (properties) are not parameters.
     * ``property(lambda self: ..., doc=...)`` does not crash numpydoc's
       search for a ``def`` line.
+    * :class:`~gatfast.TrainConfig` is validated with the Parameters section
+      that ``docs/options_doc.py`` generates from its fields (and that the
+      API reference shows), since the fields are the options' one home.
     """
 
     def __init__(self, obj_name):
-        super().__init__(get_doc_object(self._load_obj(obj_name)))
+        obj = self._load_obj(obj_name)
+        doc = None
+        if obj_name == options_doc.TARGET:
+            doc = "\n".join(options_doc.with_parameters(inspect.cleandoc(obj.__doc__).splitlines()))
+        super().__init__(get_doc_object(obj, doc=doc))
 
     def _doc_parameters(self, sections):
         parameters = super()._doc_parameters(sections)
