@@ -18,10 +18,13 @@ Each object is checked once, under the module that defines it. The
 deprecated alias modules (``gatfast.layer``, ``gatfast.nn``, ...)
 re-export these same objects and are not walked.
 
-The rules are numpydoc's validation codes (``numpydoc.validate``). A
-single line can be exempted with numpydoc's own comment on the ``def`` or
-``class`` line, ``# numpydoc ignore=PR01``, which keeps the exemption next
-to the code and visible in review.
+The rules are numpydoc's validation codes (``numpydoc.validate``); which
+are off, and why, is stated in ``OFF`` below. An exemption for one object
+goes into ``WAIVED`` with its reason (numpydoc's inline ``# numpydoc
+ignore=XX01`` comment would also work, but cannot say why; do not use it).
+
+Run it from the repository root with gatfast importable (installed, or
+``PYTHONPATH=.``) and scikit-learn installed (the estimators are public).
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def is_record(obj):
 
 
 class _Validator(Validator):
-    """numpydoc's validator, with two adaptations.
+    """numpydoc's validator, with three adaptations.
 
     * A record class (:func:`is_record`: results and caches that gatfast
       builds and users read) may document its fields under Attributes
