@@ -61,7 +61,7 @@ OFF = {
     "demanding them everywhere would produce filler",
     "SS06": "a summary may wrap onto a second line: the API's summaries name conventions "
     "(CSR by target, edge order) that do not fit 79 columns, and rewording them to fit loses precision",
-    "PR08": "descriptions often start with a literal (``None``, ``\"mean\"``, ``(n, F)``), which is clearer "
+    "PR08": 'descriptions often start with a literal (``None``, ``"mean"``, ``(n, F)``), which is clearer '
     "than forcing a capital letter; PR09 (the period) stays on",
     "RT04": "as PR08, for the Returns section; RT05 (the period) stays on",
     "RT02": "the numpydoc format allows naming a single return value (``total_norm : float``), and the "
@@ -81,14 +81,24 @@ DEFERRED = {
 # Gaps that need a code change before the docstring can be completed, as {name: (codes, reason)}.
 # They are listed, not counted as errors; a waiver that no longer matches an error fails the run,
 # so that a fixed gap does not stay waived. Keep this list short and say what would close each gap.
-_CSR_CAP = ("gatfast/graph/csr.py is at the 400-line cap of tests/test_house.py; these Returns "
-            "sections need the module split first (e.g. the derived-data methods into their own module)")
+_CSR_CAP = (
+    "gatfast/graph/csr.py is at the 400-line cap of tests/test_house.py; these Returns "
+    "sections need the module split first (e.g. the derived-data methods into their own module)"
+)
 WAIVED = {
     "gatfast.graph.csr.CSRGraph.to_scipy": ({"PR01", "RT01"}, _CSR_CAP),
     **{
         f"gatfast.graph.csr.CSRGraph.{name}": ({"RT01"}, _CSR_CAP)
-        for name in ("to_edge_index", "in_degree", "targets", "has_self_loops", "loop_layout",
-                     "with_self_loops", "without_self_loops", "is_bipartite")
+        for name in (
+            "to_edge_index",
+            "in_degree",
+            "targets",
+            "has_self_loops",
+            "loop_layout",
+            "with_self_loops",
+            "without_self_loops",
+            "is_bipartite",
+        )
     },
 }
 
@@ -184,8 +194,9 @@ def api_listing_errors(packages):
     """
     text = (Path(__file__).resolve().parent / "api.rst").read_text(encoding="utf-8")
     listed = {line.strip() for line in text.splitlines() if line.strip().startswith("gatfast")}
-    return ([f"docs/api.rst does not list the public package {p}" for p in sorted(set(packages) - listed)]
-            + [f"docs/api.rst lists {p}, which is not a public package" for p in sorted(listed - set(packages))])
+    return [f"docs/api.rst does not list the public package {p}" for p in sorted(set(packages) - listed)] + [
+        f"docs/api.rst lists {p}, which is not a public package" for p in sorted(listed - set(packages))
+    ]
 
 
 def _own(obj):
@@ -226,8 +237,10 @@ def objects(packages):
             if inspect.ismodule(obj) or not (inspect.isclass(obj) or callable(obj)):
                 continue  # submodules and constants
             if not _own(obj):
-                raise SystemExit(f"{where} is {obj!r}, not defined in gatfast (a placeholder for an "
-                                 "optional dependency? install gatfast[docs])")
+                raise SystemExit(
+                    f"{where} is {obj!r}, not defined in gatfast (a placeholder for an "
+                    "optional dependency? install gatfast[docs])"
+                )
             found.setdefault(f"{obj.__module__}.{obj.__qualname__}", where)
             if inspect.isclass(obj):
                 for member in _members(obj):
@@ -278,8 +291,10 @@ def main(argv=None):
         failures += 1
         print(f"{name}: in WAIVED but not a public object any more: remove it from WAIVED")
     deferred = ", ".join(DEFERRED) or "none"
-    print(f"numpydoc: {len(found)} objects in {len(packages)} packages, {failures} errors, {waived} waived "
-          f"(checks off: {', '.join(sorted(OFF))}; packages deferred: {deferred})")
+    print(
+        f"numpydoc: {len(found)} objects in {len(packages)} packages, {failures} errors, {waived} waived "
+        f"(checks off: {', '.join(sorted(OFF))}; packages deferred: {deferred})"
+    )
     return 1 if failures else 0
 
 

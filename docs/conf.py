@@ -15,8 +15,9 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # document this checkout, whatever gatfast is installed
 sys.path.insert(0, str(DOCS))  # options_doc, beside this file
 
-import gatfast  # noqa: E402
 import options_doc  # noqa: E402
+
+import gatfast  # noqa: E402
 
 project = "gatfast"
 release = version = gatfast.__version__

@@ -21,8 +21,15 @@ def _type(default, opt):
     if opt.choices:
         text = "{" + ", ".join(f'"{c}"' if isinstance(c, str) else repr(c) for c in opt.choices) + "}"
     else:
-        text = {int: "int", float: "float", bool: "bool", str: "str", tuple: "tuple of int",
-                os.PathLike: "str or path-like", np.dtype: "str"}[opt.kind]
+        text = {
+            int: "int",
+            float: "float",
+            bool: "bool",
+            str: "str",
+            tuple: "tuple of int",
+            os.PathLike: "str or path-like",
+            np.dtype: "str",
+        }[opt.kind]
     if opt.optional:
         text += " or None"
     shown = f'"{default}"' if isinstance(default, str) else repr(default)
