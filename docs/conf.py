@@ -6,6 +6,7 @@ Build: ``python -m sphinx -W --keep-going -b html docs runs/docs`` (from the rep
 """
 
 import importlib
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -14,6 +15,8 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # document this checkout, whatever gatfast is installed
 sys.path.insert(0, str(DOCS))  # options_doc, beside this file
+# autosummary's stub pages are regenerated on every build: a stale stub of a removed name would fail -W
+shutil.rmtree(DOCS / "generated", ignore_errors=True)
 
 import options_doc  # noqa: E402
 
