@@ -47,6 +47,7 @@ class RandomKeys:
     Parameters
     ----------
     seed : int
+        Main key material; with ``context`` it determines every draw.
     *context : int
         Further key material (e.g. epoch and batch number).
     edge_ids, dst_ids : ndarray of int64, optional
@@ -76,23 +77,71 @@ class RandomKeys:
         return keys
 
     def child(self, *context):
-        """A key for a sub-stream (e.g. ``FEATURES`` of layer 2), with the same bound ids."""
+        """Derive the key of a sub-stream (e.g. ``FEATURES`` of layer 2).
+
+        Parameters
+        ----------
+        *context : int
+            Key material that names the sub-stream.
+
+        Returns
+        -------
+        RandomKeys
+            The derived key, bound to the same ``edge_ids`` and ``dst_ids``.
+        """
         return RandomKeys._from_key(derive_key(np.uint64(self.key), _ints(context, "context")),
                                     self.edge_ids, self.dst_ids)
 
     def for_graph(self, edge_ids, dst_ids):
-        """The same key, bound to a graph's global edge and target ids (for attention dropout)."""
+        """Bind the same key to a graph's global edge and target ids (for attention dropout).
+
+        Parameters
+        ----------
+        edge_ids : ndarray of int64, shape (nnz,)
+            Global id of every edge, in CSR order.
+        dst_ids : ndarray of int64, shape (num_dst,)
+            Global id of every target node.
+
+        Returns
+        -------
+        RandomKeys
+            A key equal to this one, with those ids bound.
+        """
         return RandomKeys._from_key(self.key, edge_ids, dst_ids)
 
     def uniform(self, ids, width=1):
-        """Draws for ``ids`` (int64, shape (n,)): a float64 array (n, width)."""
+        """Draw ``width`` uniform numbers for each id.
+
+        Parameters
+        ----------
+        ids : array_like of int, shape (n,)
+            Global ids; the same id always gets the same draws under this key.
+        width : int, default 1
+            Draws per id.
+
+        Returns
+        -------
+        ndarray of float64, shape (n, width)
+            Uniform draws in ``[0, 1)``.
+        """
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         out = np.empty((ids.size, int(width)), dtype=np.float64)
         keyed_uniform(np.uint64(self.key), ids, int(width), out)
         return out
 
     def uniform_entries(self, rows, cols):
-        """One draw per (row id, column) pair, e.g. per stored entry of a sparse matrix."""
+        """Draw one uniform number per (row id, column) pair, e.g. per stored entry of a sparse matrix.
+
+        Parameters
+        ----------
+        rows, cols : array_like of int, shape (n,)
+            Global row ids and column indices of the entries.
+
+        Returns
+        -------
+        ndarray of float64, shape (n,)
+            Uniform draws in ``[0, 1)``.
+        """
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         cols = np.ascontiguousarray(cols, dtype=np.int64)
         out = np.empty(rows.size, dtype=np.float64)
@@ -123,7 +172,20 @@ class GraphIds:
 
     @classmethod
     def positions(cls, graphs, num_graphs=None):
-        """Ids ``0 .. n - 1`` for every layer's rows and edges (one whole graph, no sampling)."""
+        """Build ids ``0 .. n - 1`` for every layer's rows and edges (one whole graph, no sampling).
+
+        Parameters
+        ----------
+        graphs : sequence of CSRGraph
+            The graph of each layer.
+        num_graphs : int, optional
+            Number of graphs in the batch, for the readout's ids.
+
+        Returns
+        -------
+        GraphIds
+            Positions as ids.
+        """
         return cls([np.arange(g.num_src, dtype=np.int64) for g in graphs],
                    [np.arange(g.nnz, dtype=np.int64) for g in graphs],
                    None if num_graphs is None else np.arange(num_graphs, dtype=np.int64))

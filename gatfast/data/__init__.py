@@ -60,6 +60,7 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
         A ``.npz`` file is read as Planetoid when it has ``y`` and the masks,
         as TU when it has ``graph_indicator``.
     dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the features.
     normalize_features : bool, default False
         Row-normalise the features as PyG's ``NormalizeFeatures``.
     **kwargs
@@ -68,6 +69,7 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
     Returns
     -------
     NodeDataset or GraphDataset
+        The dataset, CSR by target.
     """
     if not isinstance(path_or_name, (str, os.PathLike)):
         raise TypeError(f"path_or_name must be a str or path, got {type(path_or_name).__name__}")
@@ -93,10 +95,19 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
 
 
 def dataset_file(path_or_name):
-    """The file :func:`load_dataset` reads for ``path_or_name``; None for a generated dataset.
+    """Return the file :func:`load_dataset` reads for ``path_or_name``.
 
-    A bare name that is neither generated nor an existing path is looked up
-    as ``DATA_DIR/<name>.npz``; ValueError if that does not exist either.
+    Parameters
+    ----------
+    path_or_name : str or path-like
+        As for :func:`load_dataset`. A bare name that is neither generated
+        nor an existing path is looked up as ``DATA_DIR/<name>.npz``;
+        ValueError if that does not exist either.
+
+    Returns
+    -------
+    pathlib.Path or None
+        The file, or None for a generated dataset.
     """
     if not isinstance(path_or_name, (str, os.PathLike)):
         raise TypeError(f"path_or_name must be a str or path, got {type(path_or_name).__name__}")

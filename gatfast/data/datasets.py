@@ -40,9 +40,20 @@ def _check_edge_attr(edge_attr, graph, name):
 class Batch(tuple):
     """A mini-batch of graphs: unpacks as ``(graph, x, graph_ptr, y)``.
 
-    ``edge_attr`` (edge features in the batch graph's CSR order, or None),
-    ``graph_ids``, ``node_ids`` and ``edge_ids`` (ids in the whole dataset,
-    for keyed randomness) ride along.
+    Attributes
+    ----------
+    graph : CSRGraph
+        The block-diagonal graph (see :func:`~gatfast.batch_graphs`).
+    x : ndarray
+        The stacked node features.
+    graph_ptr : ndarray of int64, shape (num_graphs + 1,)
+        Where each graph's nodes start.
+    y : ndarray
+        Labels (one per graph) or targets (one row per node).
+    edge_attr : ndarray or None
+        Edge features in the batch graph's CSR order.
+    graph_ids, node_ids, edge_ids : ndarray of int64 or None
+        Ids of the graphs, nodes and edges in the whole dataset, for keyed randomness.
     """
 
     def __new__(cls, graph, x, graph_ptr, y, edge_attr=None, graph_ids=None, node_ids=None, edge_ids=None):
@@ -67,12 +78,15 @@ class NodeDataset:
     Attributes
     ----------
     name : str
+        Dataset name (``"cora"``, ``"karate"``, ...).
     graph : CSRGraph
         CSR by target; undirected data holds both directions.
     x : ndarray or scipy.sparse.csr_array, shape (num_nodes, num_features)
+        Node features.
     y : ndarray, shape (num_nodes,)
         int64 class labels, or float targets when ``task == "node_regression"``.
     train_mask, val_mask, test_mask : ndarray of bool, shape (num_nodes,)
+        The split.
     num_classes : int
         Number of classes; 0 for regression.
     task : {"node_classification", "node_regression"}
@@ -145,7 +159,9 @@ class GraphDataset:
     Attributes
     ----------
     name : str
+        Dataset name (``"mutag"``, ...).
     graphs : list of CSRGraph
+        The graphs, square, CSR by target.
     xs : list of ndarray
         ``xs[g]`` has shape ``(graphs[g].num_nodes, num_features)``.
     y : ndarray or list of ndarray
@@ -290,6 +306,13 @@ class GraphDataset:
         after the other, so class proportions and fold sizes differ by at most
         one graph. Regression datasets are shuffled without stratification.
 
+        Parameters
+        ----------
+        k : int, default 10
+            Number of folds, ``2 <= k <= len(self)``.
+        seed : int, default 0
+            Seed of the shuffles.
+
         Returns
         -------
         list of (train_idx, test_idx)
@@ -323,7 +346,16 @@ def row_normalize(x):
     divides each row by ``max(row_sum, 1)``: rows summing to 0 stay 0, and
     rows summing to less than 1 are left unscaled. Binary bag-of-words
     features (Cora, CiteSeer) therefore become rows summing to one.
-    Returns a new array; ``x`` is not modified.
+
+    Parameters
+    ----------
+    x : ndarray or scipy.sparse matrix, shape (n, F)
+        The features; sparse ones must be non-negative (a shift would densify them).
+
+    Returns
+    -------
+    ndarray or scipy.sparse.csr_array
+        A new array; ``x`` is not modified.
     """
     if sp.issparse(x):
         x = sp.csr_array(x, copy=True)
@@ -342,7 +374,18 @@ def row_normalize(x):
 
 
 def without_edge_features(ds):
-    """A copy of ``ds`` without its edge features (``gatfast train --no-edge-features``)."""
+    """Drop a dataset's edge features (``gatfast train --no-edge-features``).
+
+    Parameters
+    ----------
+    ds : NodeDataset or GraphDataset
+        The dataset; it is not modified.
+
+    Returns
+    -------
+    NodeDataset or GraphDataset
+        A copy without edge features.
+    """
     if isinstance(ds, NodeDataset):
         return dataclasses.replace(ds, edge_attr=None)
     return dataclasses.replace(ds, edge_attrs=None)

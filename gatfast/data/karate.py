@@ -39,14 +39,20 @@ def symmetric_edge_index(pairs, num_nodes):
 
 
 def load_karate(dtype=np.float32, normalize_features=False):
-    """Zachary's karate club: 34 members, 78 friendships, two factions.
+    """Load Zachary's karate club: 34 members, 78 friendships, two factions.
 
     Features are the identity (one-hot node ids, as PyG's ``KarateClub``);
     labels are the two factions after the club split (``"club"`` in
     networkx: 0 = Mr. Hi, 1 = Officer; 17 members each). It is a
     smoke-test dataset: all three masks cover every node, so a demo trains
-    and reports on all of them. ``normalize_features`` is accepted for a
-    uniform interface; identity rows already sum to one.
+    and reports on all of them.
+
+    Parameters
+    ----------
+    dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the features.
+    normalize_features : bool, default False
+        Accepted for a uniform interface; identity rows already sum to one.
 
     Returns
     -------

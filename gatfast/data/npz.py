@@ -77,6 +77,15 @@ def write_planetoid_npz(path, dataset, source=""):
     Features are stored as CSR (dense features are converted), edges as the
     coalesced ``edge_index`` sorted by (src, dst). The file is written to a
     temporary file in the same folder and then moved into place.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file to write; its directory must exist.
+    dataset : NodeDataset
+        A node-classification dataset.
+    source : str, default ""
+        Where the data came from, stored as the ``source`` entry.
     """
     if not isinstance(dataset, NodeDataset) or dataset.task != "node_classification":
         raise TypeError("dataset must be a node-classification NodeDataset")

@@ -50,6 +50,7 @@ def load_planetoid(path, dtype=np.float32, normalize_features=False, synthetic_f
         A ``.npz`` file in the Planetoid format of ``docs/DATA.md`` (or one
         already opened with :class:`~gatfast.data.npz.NpzFile`).
     dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the features.
     normalize_features : bool, default False
         Row-normalise as PyG's ``NormalizeFeatures`` (see
         `row_normalize`); raw features are returned otherwise.

@@ -38,7 +38,7 @@ def make_csbm(
     val_frac=0.2,
     dtype=np.float32,
 ):
-    """Contextual stochastic block model: a random graph with class structure.
+    """Generate a contextual stochastic block model: a random graph with class structure.
 
     Labels are balanced and random. ``round(num_nodes * avg_degree / 2)``
     distinct undirected edges are drawn: each picks a uniform endpoint ``i``
@@ -46,8 +46,30 @@ def make_csbm(
     of another class), so ``homophily`` is the expected fraction of
     intra-class edges. Features are ``x_i = mu_{y_i} + N(0, I)`` where the
     class means ``mu_c`` are random directions of norm ``feature_signal``
-    (0 = features carry no label information). The split is random:
-    ``train_frac`` / ``val_frac`` / the rest.
+    (0 = features carry no label information).
+
+    Parameters
+    ----------
+    num_nodes : int, default 1000
+        Number of nodes, at least ``2 * num_classes``.
+    num_classes : int, default 2
+        Number of classes, >= 2.
+    num_features : int, default 16
+        Feature columns.
+    avg_degree : float, default 5.0
+        Average number of undirected edges per node, at most
+        ``(num_nodes / num_classes - 1) / 2`` (the graph stays sparse).
+    homophily : float, default 0.8
+        Expected fraction of intra-class edges, in [0, 1].
+    feature_signal : float, default 1.0
+        Norm of the class means, >= 0.
+    seed : int, optional
+        Seed of every random draw.
+    train_frac, val_frac : float, default 0.6, 0.2
+        Fractions of the nodes in the random train and validation sets; the
+        rest is the test set.
+    dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the features.
 
     Returns
     -------
@@ -123,11 +145,14 @@ def traffic_target(pos, vel, radius):
     Parameters
     ----------
     pos, vel : ndarray, shape (n, 2)
+        Positions and velocities of the scene's vehicles.
     radius : float
+        Neighbourhood radius, > 0.
 
     Returns
     -------
     ndarray of float64, shape (n, 2)
+        The target of every vehicle.
     """
     d = np.linalg.norm(pos[:, None, :] - pos[None, :, :], axis=-1)
     w = np.where(d < radius, 1.0 - d / radius, 0.0)
@@ -143,7 +168,7 @@ def make_traffic_scenes(
     seed=None,
     dtype=np.float32,
 ):
-    """Vehicles in road scenes: node regression on small, very sparse graphs.
+    """Generate vehicles in road scenes: node regression on small, very sparse graphs.
 
     Each scene has a uniform number of vehicles in ``[min_nodes, max_nodes]``
     at uniform positions in the unit square with standard normal 2-D
@@ -162,6 +187,21 @@ def make_traffic_scenes(
 
     Every edge ``j -> i`` has three features (``edge_attrs``): the distance
     ``|p_i - p_j|`` and the relative velocity ``v_j - v_i``.
+
+    Parameters
+    ----------
+    num_graphs : int, default 500
+        Number of scenes.
+    min_nodes, max_nodes : int, default 3, 12
+        Range of the number of vehicles per scene.
+    num_features : int, default 4
+        Feature columns, >= 4 (the columns beyond 4 are distractors).
+    radius : float, default 0.2
+        Neighbourhood radius, > 0.
+    seed : int, optional
+        Seed of every random draw.
+    dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of features, edge features and targets.
 
     Returns
     -------

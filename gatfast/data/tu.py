@@ -24,11 +24,20 @@ def load_tu(path, dtype=np.float32, normalize_features=False, edge_features=True
     a single constant feature 1. With ``edge_features`` (the default) and an
     ``edge_labels`` entry in the file, every edge gets its label one-hot
     (MUTAG's bond types: aromatic, single, double, triple) as edge features,
-    in each graph's CSR order (``GraphDataset.edge_attrs``). ``path`` is a
-    ``.npz`` file or one already opened with
-    :class:`~gatfast.data.npz.NpzFile`. ``normalize_features`` row-normalises
-    each graph's features as PyG's ``NormalizeFeatures`` would (a no-op for
-    one-hot rows).
+    in each graph's CSR order (``GraphDataset.edge_attrs``).
+
+    Parameters
+    ----------
+    path : str, path-like or NpzFile
+        A ``.npz`` file in the TU format of ``docs/DATA.md`` (or one already
+        opened with :class:`~gatfast.data.npz.NpzFile`).
+    dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the node and edge features.
+    normalize_features : bool, default False
+        Row-normalise each graph's features as PyG's ``NormalizeFeatures``
+        would (a no-op for one-hot rows).
+    edge_features : bool, default True
+        One-hot the file's ``edge_labels`` as edge features, when it has them.
 
     Returns
     -------

@@ -12,9 +12,21 @@ __all__ = ["gradcheck_layer", "random_block", "random_graph"]
 
 
 def random_graph(num_nodes, avg_degree=3.0, seed=None):
-    """A random directed graph with varied in-degrees (some rows empty, one large).
+    """Build a random directed graph with varied in-degrees (some rows empty, one large).
 
-    Rows are left unsorted, duplicates are avoided.
+    Parameters
+    ----------
+    num_nodes : int
+        Number of nodes, >= 2.
+    avg_degree : float, default 3.0
+        Mean in-degree of the Poisson-distributed rows; node 0 aggregates from every node.
+    seed : int or numpy.random.Generator, optional
+        The random stream.
+
+    Returns
+    -------
+    CSRGraph
+        Rows unsorted, without duplicate edges.
     """
     num_nodes = V.check_int(num_nodes, "num_nodes", 2)
     rng = np.random.default_rng(seed)
@@ -30,7 +42,22 @@ def random_graph(num_nodes, avg_degree=3.0, seed=None):
 
 
 def random_block(num_src, num_dst, avg_degree=3.0, seed=None):
-    """A random bipartite graph (``num_dst`` targets reading ``num_src`` sources), one row with every source."""
+    """Build a random bipartite graph: ``num_dst`` targets reading ``num_src`` sources.
+
+    Parameters
+    ----------
+    num_src, num_dst : int
+        Numbers of sources and targets.
+    avg_degree : float, default 3.0
+        Mean in-degree of the Poisson-distributed rows; row 0 reads every source.
+    seed : int or numpy.random.Generator, optional
+        The random stream.
+
+    Returns
+    -------
+    CSRGraph
+        Shape ``(num_dst, num_src)``, without duplicate edges.
+    """
     rng = np.random.default_rng(seed)
     rows = [rng.choice(num_src, size=int(min(num_src, rng.poisson(avg_degree))), replace=False)
             for _ in range(num_dst)]
@@ -61,8 +88,10 @@ def gradcheck_layer(
 
     Parameters
     ----------
-    num_nodes, in_features, out_features, heads, concat
+    num_nodes, in_features, out_features, heads : int
         The random graph's size and the layer's shape.
+    concat : bool
+        Concatenate the heads.
     theta_r : {"linear", "pairwise"}
         The form of the Θ_R term to check.
     eps : float

@@ -18,9 +18,11 @@ def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None, edge_attr=
     ----------
     model : object with ``layers`` and ``forward(graph, x, training=False)``
         E.g. ``gatfast.models.GATv2Network``. Its forward cache must expose the
-        per-layer :class:`LayerCache` objects (see :func:`_layer_caches`).
+        per-layer :class:`~gatfast.LayerCache` objects (as ``layer_caches``).
     graph : CSRGraph or scipy.sparse matrix
+        The graph to diagnose, CSR by target.
     x : ndarray or scipy.sparse matrix
+        Its node features.
     grads : dict or list of dict, optional
         The model's gradients (``GATv2Network.backward``: keys
         ``"layers.<l>.<name>"``) or one dict per layer; only used for the norms.
@@ -47,7 +49,22 @@ def theta_r_flow_network(model, graph, x, grads=None, graph_ptr=None, edge_attr=
 
 
 def flows_from_model_cache(model, cache, grads=None):
-    """Diagnose every layer of ``model`` from one forward cache of it."""
+    """Diagnose every layer of ``model`` from one forward cache of it.
+
+    Parameters
+    ----------
+    model : GATv2Network
+        Or any object with ``layers``.
+    cache : NetworkCache
+        From ``model.forward``.
+    grads : dict or list of dict, optional
+        The model's gradients or one dict per layer, for the norms.
+
+    Returns
+    -------
+    list of ThetaRFlow
+        One per attention layer, in order.
+    """
     layers = _attention_layers(model)
     caches = _layer_caches(cache, len(layers))
     layer_grads = _per_layer_grads(grads, len(layers))

@@ -57,13 +57,23 @@ class ThetaRFlowRecorder:
         return self.path_csv
 
     def fit_callback(self, dataset=None):
-        """A ``callback(epoch, model, grads, row)`` for :func:`gatfast.train.fit`.
+        """Return a ``callback(epoch, model, grads, row)`` for :func:`gatfast.fit`.
 
-        Graph datasets: ``fit`` passes the epoch's first training batch in
-        ``row["graph"]``/``row["x"]``. Node datasets: pass ``dataset``; its
-        whole graph is diagnosed. Note that ``fit`` calls back after the
-        optimizer step, so the mask describes the updated parameters while
-        the norms are those of the step's gradients.
+        Note that ``fit`` calls back after the optimizer step, so the mask
+        describes the updated parameters while the norms are those of the
+        step's gradients.
+
+        Parameters
+        ----------
+        dataset : NodeDataset, optional
+            Node datasets: pass it; its whole graph is diagnosed. Graph
+            datasets: leave it out; ``fit`` passes the epoch's first training
+            batch in ``row["graph"]``/``row["x"]``.
+
+        Returns
+        -------
+        callable
+            The callback, which calls :meth:`record`.
         """
 
         def callback(epoch, model, grads, row):
@@ -83,14 +93,20 @@ class ThetaRFlowRecorder:
         Parameters
         ----------
         epoch : int
-        model : network with ``layers`` (see :func:`theta_r_flow_network`) or a GATv2Layer
-        graph, x : the graph and features to diagnose (e.g. the training batch)
-        grads : per-layer gradients of this epoch (list of dicts), optional
-        edge_attr : the edge features of ``graph`` (CSR order), for models with ``edge_dim``
+            The epoch, recorded in the rows.
+        model : GATv2Network or GATv2Layer
+            A network with ``layers`` (see :func:`theta_r_flow_network`) or one layer.
+        graph, x : CSRGraph and ndarray
+            The graph and features to diagnose (e.g. the training batch).
+        grads : dict or list of dict, optional
+            The gradients of this epoch, for their norms.
+        edge_attr : ndarray, optional
+            The edge features of ``graph`` (CSR order), for models with ``edge_dim``.
 
         Returns
         -------
         list of ThetaRFlow
+            One per attention layer.
         """
         if isinstance(model, GATv2Layer):
             flows = [theta_r_flow(model, graph, x, grads=grads, edge_attr=edge_attr)]
@@ -105,6 +121,7 @@ class ThetaRFlowRecorder:
 
     @property
     def columns(self):
+        """The CSV's columns: the base columns, then every other key recorded so far."""
         extra = []
         for row in self.rows:
             for key in row:
@@ -124,7 +141,13 @@ class ThetaRFlowRecorder:
         atomic_write(self.path_csv, write, text=True)
 
     def plot(self, path_png):
-        """Plot the dead fraction and the gradient norms over epochs (needs matplotlib)."""
+        """Plot the dead fraction and the gradient norms over epochs (needs matplotlib).
+
+        Parameters
+        ----------
+        path_png : str or path-like
+            The image to write (atomically); its directory must exist.
+        """
         if not self.rows:
             raise ValueError("nothing recorded yet: call record() before plot()")
         plt = pyplot()

@@ -93,7 +93,14 @@ class ThetaRFlow:
         return float(self.mask.mean()) if self.mask.size else 0.0
 
     def summary(self):
-        """Scalars for logging: dead fraction (Θ_R and attention path), per cause, grad norms."""
+        """Summarise the flow in scalars, for logging.
+
+        Returns
+        -------
+        dict of str to float
+            ``dead_fraction`` (Θ_R) and ``attention_dead_fraction``, ``frac_<cause>``
+            for every cause and ``grad_norm_<name>`` for every gradient norm.
+        """
         out = {"dead_fraction": self.dead_fraction}
         out["attention_dead_fraction"] = (
             float(self.attention_mask.mean()) if self.attention_mask.size else 0.0
@@ -116,6 +123,7 @@ def structural_zero_causes(indptr, indices, xl, xr, att, negative_slope, attenti
     xl, xr : ndarray, shapes (num_src, heads, C) and (num_dst, heads, C)
         Source and target projections, exactly as passed to the kernels.
     att : ndarray, shape (heads, C)
+        The attention vector.
     negative_slope : float
         LeakyReLU slope ``c``.
     attention_activation : {"leaky_relu", "softplus"}
@@ -182,6 +190,7 @@ def theta_r_flow_from_cache(layer, cache, grads=None):
     Parameters
     ----------
     layer : GATv2Layer
+        The layer that made ``cache``.
     cache : LayerCache
         From ``layer.forward``; training-mode caches are fine (attention
         dropout scales the messages but leaves the zero pattern unchanged).
@@ -191,6 +200,7 @@ def theta_r_flow_from_cache(layer, cache, grads=None):
     Returns
     -------
     ThetaRFlow
+        The masks, causes and norms.
     """
     if not isinstance(layer, GATv2Layer):
         raise TypeError(f"layer must be a gatfast.GATv2Layer, got {type(layer).__name__}")
@@ -243,7 +253,9 @@ def theta_r_flow(layer, graph, x, grad_out=None, grads=None, edge_attr=None):
     Parameters
     ----------
     layer : GATv2Layer
+        The layer to diagnose.
     graph : CSRGraph or scipy.sparse matrix
+        CSR by target, as ``layer.forward`` takes it.
     x : ndarray or scipy.sparse matrix, or a pair of them
         As ``layer.forward`` takes them.
     grad_out : ndarray, shape (num_dst, layer.out_dim), optional
@@ -260,6 +272,7 @@ def theta_r_flow(layer, graph, x, grad_out=None, grads=None, edge_attr=None):
     Returns
     -------
     ThetaRFlow
+        The masks, causes and norms.
 
     Examples
     --------

@@ -33,30 +33,42 @@ class GATv2GraphClassifier(GATv2Estimator):
 
     Parameters
     ----------
-    layers, hidden, heads, activation, dropout, attention_dropout, residual, readout
+    layers, hidden, heads, activation, dropout, attention_dropout, residual, readout : see TrainConfig
         The network (:class:`~gatfast.TrainConfig` fields of those names);
         ``readout`` is ``"sum"``, ``"mean"`` or ``"max"``.
-    attention_activation, root_weight, fill_value
+    attention_activation, root_weight, fill_value : see TrainConfig
         GAT+ options and the self-loop edge attributes (``TrainConfig``).
-    optimizer, lr, weight_decay, momentum, nesterov, epochs, patience, batch_size, clip_norm, theta_r
+    optimizer, lr, weight_decay, momentum, nesterov : see TrainConfig
+        The optimizer (``TrainConfig``).
+    epochs, patience, batch_size, clip_norm, theta_r : see TrainConfig
         Training (``TrainConfig``; ``batch_size`` graphs per step).
     validation_fraction : float or None, default 0.1
         Share of the graphs of ``fit`` held out (stratified, drawn with
         ``seed``) for model selection and early stopping, as ``gatfast
         train --folds`` does. None or 0: select on the training graphs.
     seed : int, default 0
+        Initialisation, dropout, batch order and the validation split.
     dtype : {"float32", "float64"}, default "float32"
+        Floating-point type of the network and its computations.
     threads : int, optional
+        Numba threads while fitting and predicting (None: all cores).
     verbose : bool, default False
+        Print progress (``TrainConfig.quiet = not verbose``).
 
     Attributes
     ----------
     model_ : GATv2Network
+        The trained network (best validation epoch).
     classes_ : ndarray
+        The sorted class labels seen in ``fit``.
     history_ : list of dict
+        Per-epoch loss and metrics.
     n_iter_ : int
+        Epochs run.
     best_epoch_ : int
+        The epoch whose parameters were kept.
     config_ : TrainConfig
+        The options of the run.
 
     Notes
     -----
@@ -150,11 +162,14 @@ class GATv2GraphClassifier(GATv2Estimator):
         Parameters
         ----------
         X : sequence of (graph, x) or (graph, x, edge_attr), or GraphDataset
+            The graphs: CSR by target, node features, edge features in CSR order.
         y : array_like, shape (len(X),)
+            One label per graph (any sortable values).
 
         Returns
         -------
-        self
+        self : GATv2GraphClassifier
+            The fitted estimator.
 
         Raises
         ------
@@ -187,15 +202,17 @@ class GATv2GraphClassifier(GATv2Estimator):
         return np.concatenate(out, axis=0)
 
     def decision_function(self, X):
-        """Scores per graph: the logit difference with two classes, else the logits.
+        """Compute the scores per graph: the logit difference with two classes, else the logits.
 
         Parameters
         ----------
         X : sequence of (graph, x) or (graph, x, edge_attr), or GraphDataset
+            The graphs: CSR by target, node features, edge features in CSR order.
 
         Returns
         -------
         ndarray, shape (n,) with two classes, else (n, n_classes)
+            Positive values favour ``classes_[1]`` with two classes.
         """
         return self._scores(self._logits(X))
 
@@ -205,10 +222,12 @@ class GATv2GraphClassifier(GATv2Estimator):
         Parameters
         ----------
         X : sequence of (graph, x) or (graph, x, edge_attr), or GraphDataset
+            The graphs: CSR by target, node features, edge features in CSR order.
 
         Returns
         -------
         ndarray of float64, shape (n, n_classes)
+            Columns in the order of ``classes_``.
         """
         return self._softmax(self._logits(X))
 
@@ -218,10 +237,12 @@ class GATv2GraphClassifier(GATv2Estimator):
         Parameters
         ----------
         X : sequence of (graph, x) or (graph, x, edge_attr), or GraphDataset
+            The graphs: CSR by target, node features, edge features in CSR order.
 
         Returns
         -------
         ndarray, shape (n,)
+            Values of ``classes_``.
         """
         logits = self._logits(X)  # raises first when not fitted
         return self.classes_[np.argmax(logits, axis=1)]

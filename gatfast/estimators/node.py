@@ -55,13 +55,13 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
     edge_attr : ndarray, shape (graph.nnz, D), optional
         Edge features in the graph's CSR order (``graph`` must then be a
         CSRGraph, e.g. from ``CSRGraph.from_edge_index(..., edge_attr=...)``).
-    layers, hidden, heads, out_heads, activation, dropout, attention_dropout, residual
+    layers, hidden, heads, out_heads, activation, dropout, attention_dropout, residual : see TrainConfig
         The network (:class:`~gatfast.TrainConfig` fields of those names;
         defaults: the GAT recipe, 2 layers of 8 heads x 8 channels, ELU,
         dropout 0.6).
-    attention_activation, root_weight, fill_value
+    attention_activation, root_weight, fill_value : see TrainConfig
         GAT+ options and the self-loop edge attributes (``TrainConfig``).
-    optimizer, lr, weight_decay, momentum, nesterov, epochs, patience, clip_norm, theta_r
+    optimizer, lr, weight_decay, momentum, nesterov, epochs, patience, clip_norm, theta_r : see TrainConfig
         Training (``TrainConfig``; Adam, lr 0.005, weight decay 5e-4, 300
         epochs, patience 100).
     validation_fraction : float or None, default 0.1
@@ -73,6 +73,7 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
     seed : int, default 0
         Initialisation, dropout and the validation split.
     dtype : {"float32", "float64"}, default "float32"
+        Floating-point type of the network and its computations.
     threads : int, optional
         Numba threads while fitting and predicting (None: all cores).
     verbose : bool, default False
@@ -235,13 +236,14 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
             Node ids.
         y : array_like, shape (n,)
             Their labels (any sortable values: ints, strings).
-        *legacy, mask, val_mask
+        *legacy, mask, val_mask : optional
             Only for the deprecated ``fit(graph, x, y, mask=None,
             val_mask=None)``.
 
         Returns
         -------
-        self
+        self : GATv2Classifier
+            The fitted estimator.
 
         Raises
         ------
@@ -290,16 +292,19 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
         return self._outputs(graph, x, edge_attr=edge_attr)[ids]
 
     def decision_function(self, X, *legacy):
-        """Scores of the nodes ``X``: the logit difference with two classes, else the logits.
+        """Compute the scores of the nodes ``X``: the logit difference with two classes, else the logits.
 
         Parameters
         ----------
         X : array_like of int, shape (n, 1) or (n,)
             Node ids.
+        *legacy : optional
+            Only for the deprecated ``decision_function(graph, x)``.
 
         Returns
         -------
         ndarray, shape (n,) with two classes, else (n, n_classes)
+            Positive values favour ``classes_[1]`` with two classes.
         """
         if is_graph(X) and legacy:
             return self._legacy_output(X, *legacy)
@@ -312,6 +317,8 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
         ----------
         X : array_like of int, shape (n, 1) or (n,)
             Node ids.
+        *legacy : optional
+            Only for the deprecated ``predict_proba(graph, x)``.
 
         Returns
         -------
@@ -329,6 +336,8 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
         ----------
         X : array_like of int, shape (n, 1) or (n,)
             Node ids.
+        *legacy : optional
+            Only for the deprecated ``predict(graph, x)``.
 
         Returns
         -------
@@ -346,13 +355,18 @@ class GATv2Classifier(LegacyNodeCalls, GATv2Estimator):
         X : array_like of int, shape (n, 1) or (n,)
             Node ids.
         y : array_like, shape (n,)
-        sample_weight : array_like, shape (n,), optional
-        *legacy, mask
+            Their true labels.
+        *legacy : optional
             Only for the deprecated ``score(graph, x, y, mask=None)``.
+        sample_weight : array_like, shape (n,), optional
+            Weights of the nodes in the mean.
+        mask : optional
+            Only for the deprecated call, as ``*legacy``.
 
         Returns
         -------
         float
+            The (weighted) fraction of nodes whose predicted label is ``y``.
         """
         if is_graph(X) and legacy:
             return self._legacy_score(X, y, *legacy, mask=mask)

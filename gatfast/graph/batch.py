@@ -15,6 +15,7 @@ def batch_graphs(graphs):
     Parameters
     ----------
     graphs : sequence of CSRGraph
+        The graphs to join, in order. Each must be square: bipartite blocks are not supported.
 
     Returns
     -------

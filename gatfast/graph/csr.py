@@ -184,11 +184,11 @@ class CSRGraph:
         Parameters
         ----------
         edge_index : array_like of int, shape (2, E)
+            Edge ``k`` goes from ``edge_index[0, k]`` (source) to ``edge_index[1, k]`` (target).
         num_nodes : int, optional
-            Number of nodes of a square graph. Default: ``edge_index.max() + 1``
-            (0 for no edges), which must not exceed ``16 * E + 65536``: a
-            larger inferred count would allocate far beyond what the edges
-            justify (a stray id of 3·10⁹ asks for 24 GB), so pass
+            Number of nodes of a square graph. Default: ``edge_index.max() + 1`` (0 for no edges),
+            which must not exceed ``16 * E + 65536``: a larger inferred count would allocate far
+            beyond what the edges justify (a stray id of 3·10⁹ asks for 24 GB), so pass
             ``num_nodes`` explicitly for graphs that really are that sparse.
         size : (int, int), optional
             ``(num_src, num_dst)`` of a bipartite graph, as PyG's ``size``.

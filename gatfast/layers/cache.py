@@ -42,6 +42,8 @@ class LayerCache(NamedTuple):
         Attention-dropout multipliers ``m_ij / (1 - p)``; empty without dropout.
     params : mapping
         The parameter arrays the forward pass used (a read-only mapping).
+    owner : object
+        The token of the layer that made the cache (see :meth:`check_owner`).
     """
 
     graph: CSRGraph
@@ -55,7 +57,27 @@ class LayerCache(NamedTuple):
 
     @classmethod
     def make(cls, owner, inputs, xl, xr, alpha, edge_scale, params, owned=False):
-        """A read-only cache tagged with the layer's ``owner`` token (``owned``: the arrays are the call's own)."""
+        """Build a read-only cache, tagged with the layer's ``owner`` token.
+
+        Parameters
+        ----------
+        owner : object
+            The layer's token.
+        inputs : Inputs
+            The validated inputs; ``inputs.attention`` is the attention graph.
+        xl, xr, alpha, edge_scale : ndarray
+            The arrays of the same names (see the class docstring), made read-only.
+        params : dict
+            The parameter arrays used (a new dict); stored as a read-only mapping.
+        owned : bool, default False
+            The arrays are the call's own (marked read-only in place), not
+            the layer workspace's (read-only views).
+
+        Returns
+        -------
+        LayerCache
+            The new cache.
+        """
         return cls(inputs.attention, inputs, _frozen(xl, owned), _frozen(xr, owned), _frozen(alpha, owned),
                    edge_scale if not edge_scale.size else _frozen(edge_scale, owned),
                    MappingProxyType(params), owner)
@@ -66,7 +88,20 @@ class LayerCache(NamedTuple):
         return (self.inputs.x_src, self.inputs.x_dst) if self.inputs.relation == "pair" else self.inputs.x_src
 
     def check_owner(self, token, layer):
-        """Refuse a cache made by another layer (or by this layer before it was copied or unpickled)."""
+        """Refuse a cache made by another layer (or by this layer before it was copied or unpickled).
+
+        Parameters
+        ----------
+        token : object
+            The calling layer's token.
+        layer : GATv2Layer
+            The calling layer, named in the error.
+
+        Raises
+        ------
+        ValueError
+            When the cache's ``owner`` is not ``token``.
+        """
         if self.owner is not token:
             raise ValueError(f"cache was made by another layer's forward, not by this {layer!r}: pass the cache "
                              "returned by this layer's own forward")

@@ -81,6 +81,7 @@ class GATv2Layer:
         params and grads then hold only ``W_l``/``b_l``. A bipartite layer
         needs ``F_src == F_dst`` for it.
     dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the parameters and outputs.
     seed : int or numpy.random.Generator, optional
         Seed of the initialisation and of attention dropout.
     dropout : float, default 0.0
@@ -209,7 +210,13 @@ class GATv2Layer:
                 f"concat={self.concat}{extra})")
 
     def get_config(self):
-        """The constructor arguments (except ``seed``) as plain JSON-able values."""
+        """Return the constructor arguments, except ``seed``.
+
+        Returns
+        -------
+        dict
+            Plain JSON-able values: ``GATv2Layer(**config)`` builds a layer of the same configuration.
+        """
         fill = list(self.fill_value) if isinstance(self.fill_value, tuple) else self.fill_value
         return {
             "in_features": list(self.in_features) if self.bipartite else self.in_features,
@@ -236,7 +243,19 @@ class GATv2Layer:
     load_pyg_state_dict = pyg.load_pyg_state_dict
 
     def attention_graph(self, graph):
-        """The graph the attention runs on, self loops handled as configured."""
+        """Return the graph the attention runs on, self loops handled as configured.
+
+        Parameters
+        ----------
+        graph : CSRGraph or scipy.sparse matrix
+            CSR by target, as given to :meth:`forward`.
+
+        Returns
+        -------
+        CSRGraph
+            ``graph`` without self loops with ``root_weight``, with one loop per node with
+            ``add_self_loops``, else ``graph`` as is; ``cache.alpha`` follows its CSR order.
+        """
         graph = V.as_graph(graph)
         if self.root_weight is not None:
             return graph.without_self_loops()
@@ -273,6 +292,7 @@ class GATv2Layer:
         Returns
         -------
         out : ndarray, shape (num_dst, out_dim)
+            The output: ``out_dim = heads * out_features`` with ``concat``, else ``out_features``.
         cache : LayerCache
             Everything ``backward`` needs; ``cache.alpha`` (shape
             ``(cache.graph.nnz, heads)``) holds the attention in the CSR
@@ -347,13 +367,14 @@ class GATv2Layer:
 
     # ------------------------------------------------------------------ backward
     def backward(self, cache, grad_out, theta_r="linear"):
-        """Gradients of a scalar loss given ``grad_out = dL/d out``.
+        """Compute the gradients of a scalar loss ``L`` given ``grad_out = dL/d out``.
 
         Parameters
         ----------
         cache : LayerCache
             From ``forward`` on this layer (a cache of another layer is refused).
         grad_out : ndarray, shape (num_dst, out_dim)
+            The gradient of the loss with respect to the output of :meth:`forward`.
         theta_r : {"linear", "pairwise"}, default "linear"
             Form of the Θ_R term: the O(N)-per-node sum or the paper's
             pairwise O(N²)-per-node sum. Both agree to rounding.

@@ -8,7 +8,22 @@ __all__ = ["glorot", "uniform_bias"]
 
 
 def glorot(rng, shape, dtype):
-    """PyG's glorot: uniform in ±sqrt(6 / (fan_in + fan_out)) over the last two dims."""
+    """Draw PyG's glorot initialisation: uniform in ±sqrt(6 / (fan_in + fan_out)).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The random stream.
+    shape : tuple of int
+        Shape of the array; its last two dimensions are the fans.
+    dtype : numpy.dtype
+        Floating-point type of the result.
+
+    Returns
+    -------
+    ndarray
+        The initial values, of ``shape`` and ``dtype``.
+    """
     bound = np.sqrt(6.0 / (shape[-2] + shape[-1]))
     return rng.uniform(-bound, bound, size=shape).astype(dtype)
 

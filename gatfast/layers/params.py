@@ -26,6 +26,13 @@ class ParamDict(dict):
     state for the parameter (momentum, Adam moments) is kept; call
     ``optimizer.zero_state()`` to reset it. The array passed in is never
     modified or kept.
+
+    Parameters
+    ----------
+    shapes : mapping of str to tuple of int
+        The parameter names and their shapes; no other name can be assigned.
+    dtype : numpy.float32 or numpy.float64
+        The dtype every parameter is stored in.
     """
 
     def __init__(self, shapes, dtype):
@@ -51,10 +58,31 @@ class ParamDict(dict):
         super().__setitem__(name, arr)
 
     def update(self, *args, **kwargs):
+        """Assign several parameters, each checked and copied in place as ``params[name] = value``.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            A mapping or pairs, and keywords, as ``dict.update``.
+        """
         for name, value in dict(*args, **kwargs).items():
             self[name] = value
 
     def setdefault(self, name, value=None):
+        """Assign ``value`` (checked) unless ``name`` is set; return the stored array.
+
+        Parameters
+        ----------
+        name : str
+            A declared parameter name.
+        value : array_like, optional
+            The value to store if ``name`` is not set yet (None is refused then).
+
+        Returns
+        -------
+        ndarray
+            The stored array of ``name``.
+        """
         if name not in self:
             self[name] = value
         return self[name]
@@ -83,7 +111,13 @@ class ParamDict(dict):
                 raise NonFiniteError(f"params[{name!r}] must be finite, but contains NaN or inf")
 
     def copy_arrays(self):
-        """A plain dict of copies of the arrays."""
+        """Copy every array.
+
+        Returns
+        -------
+        dict of str to ndarray
+            A plain dict of copies.
+        """
         return {k: v.copy() for k, v in self.items()}
 
 

@@ -142,8 +142,6 @@ def layer_from_pyg(cls, conv, *, dtype=None):
 
     Parameters
     ----------
-    cls : type
-        :class:`GATv2Layer` (or a subclass).
     conv : torch_geometric.nn.GATv2Conv
         Any configuration PyG offers: ``in_channels`` an int or a pair,
         ``heads``, ``concat``, ``negative_slope``, ``dropout``,
@@ -202,6 +200,7 @@ def layer_to_pyg_state_dict(layer):
     Parameters
     ----------
     layer : GATv2Layer
+        The layer (``self`` when called as a method).
 
     Returns
     -------
@@ -231,6 +230,7 @@ def checked_pyg_params(layer, state_dict):
     Parameters
     ----------
     layer : GATv2Layer
+        The layer (``self`` when called as a method).
     state_dict : mapping
         See :func:`load_pyg_state_dict`.
 
@@ -280,6 +280,7 @@ def load_pyg_state_dict(layer, state_dict):
     Parameters
     ----------
     layer : GATv2Layer
+        The layer (``self`` when called as a method).
     state_dict : mapping
         PyG's keys (:data:`PYG_KEYS`), torch tensors or arrays. With
         ``share_weights``, ``lin_r.*`` may be left out; if present it must
@@ -311,6 +312,7 @@ def layer_to_pyg(layer):
     Parameters
     ----------
     layer : GATv2Layer
+        The layer (``self`` when called as a method).
 
     Returns
     -------

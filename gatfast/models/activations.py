@@ -20,10 +20,12 @@ def activation_forward(name, x):
     name : {"elu", "relu", "identity"}
         ELU uses ``alpha = 1`` (the PyTorch/PyG default).
     x : ndarray of float
+        The input.
 
     Returns
     -------
-    y : ndarray, same shape and dtype as ``x`` (a new array; ``x`` is untouched)
+    y : ndarray, same shape and dtype as ``x``
+        A new array; ``x`` is untouched.
     """
     V.check_choice(name, "name", set(ACTIVATIONS))
     x = V.float_array(x, "x")
@@ -41,6 +43,7 @@ def activation_backward(name, x, y, grad_y):
     Parameters
     ----------
     name : {"elu", "relu", "identity"}
+        The activation.
     x, y : ndarray
         Input and output of :func:`activation_forward` (``y`` is validated
         but only used for its shape; the ELU slope ``exp(x)`` is computed
@@ -51,6 +54,7 @@ def activation_backward(name, x, y, grad_y):
     Returns
     -------
     grad_x : ndarray, same shape and dtype as ``grad_y``
+        The gradient with respect to ``x``.
     """
     V.check_choice(name, "name", set(ACTIVATIONS))
     x = V.float_array(x, "x")

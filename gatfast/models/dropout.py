@@ -14,20 +14,24 @@ __all__ = ["apply_dropout", "dropout_backward", "dropout_mask"]
 
 
 def dropout_mask(rng, shape, p, dtype):
-    """Inverted-dropout multipliers: ``keep / (1 - p)`` with ``P(keep) = 1 - p``.
+    """Draw inverted-dropout multipliers: ``keep / (1 - p)`` with ``P(keep) = 1 - p``.
 
     Parameters
     ----------
     rng : numpy.random.Generator
+        The random stream to draw from.
     shape : int or tuple of int
+        Shape of the mask.
     p : float in [0, 1)
         Drop probability. With ``p == 0`` the mask is all ones and ``rng``
         is not advanced.
     dtype : numpy.float32 or numpy.float64
+        Floating-point type of the mask.
 
     Returns
     -------
     mask : ndarray of ``dtype`` and ``shape``
+        Zeros (dropped) and ``1 / (1 - p)`` (kept).
 
     Notes
     -----
@@ -68,9 +72,10 @@ def apply_dropout(x, p, rng, row_ids=None):
     ----------
     x : ndarray or scipy.sparse matrix/array
         A sparse ``x`` is never densified: the result is a new CSR array with
-        the same structure whose stored values are masked. (The implicit
-        zeros would stay zero under dropout anyway.)
+        the same structure whose stored values are masked (the implicit
+        zeros would stay zero under dropout anyway).
     p : float in [0, 1)
+        Drop probability.
     rng : numpy.random.Generator or RandomKeys
         With a Generator the mask follows its stream (call order); with
         :class:`~gatfast.RandomKeys` each row's mask is a
@@ -115,7 +120,20 @@ def apply_dropout(x, p, rng, row_ids=None):
 
 
 def dropout_backward(grad_y, mask):
-    """Gradient of dense dropout: ``grad_y * mask``."""
+    """Compute the gradient of dense dropout: ``grad_y * mask``.
+
+    Parameters
+    ----------
+    grad_y : ndarray
+        The gradient with respect to the dropout's output.
+    mask : ndarray, shape of ``grad_y``
+        The multipliers :func:`apply_dropout` returned.
+
+    Returns
+    -------
+    ndarray
+        The gradient with respect to the dropout's input.
+    """
     grad_y = V.float_array(grad_y, "grad_y")
     mask = V.float_array(mask, "mask")
     V.same_shape(mask, "mask", grad_y.shape, "grad_y")

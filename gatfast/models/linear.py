@@ -15,7 +15,15 @@ __all__ = ["Linear", "LinearCache"]
 
 @dataclass
 class LinearCache:
-    """Input and parameters seen by :meth:`Linear.forward`."""
+    """Input and parameters seen by :meth:`Linear.forward`.
+
+    Attributes
+    ----------
+    x : ndarray or scipy.sparse matrix
+        The validated input.
+    params : dict of str to ndarray
+        The parameters used (the arrays, not copies).
+    """
 
     x: object
     params: dict
@@ -27,8 +35,11 @@ class Linear:
     Parameters
     ----------
     in_features, out_features : int
+        Input and output sizes (>= 1).
     bias : bool, default True
+        Learn an additive bias.
     dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the parameters.
     seed : int or numpy.random.Generator, optional
         Seed of the initialisation: glorot weight, zero bias (PyG's
         ``Linear(weight_initializer="glorot")``).
@@ -61,7 +72,13 @@ class Linear:
         return f"Linear({self.in_features}, {self.out_features}, bias={self.bias})"
 
     def get_config(self):
-        """The constructor arguments (except ``seed``) as plain Python values."""
+        """Return the constructor arguments, except ``seed``.
+
+        Returns
+        -------
+        dict
+            Plain Python values: ``Linear(**config)`` builds a layer of the same shape.
+        """
         return {
             "in_features": self.in_features,
             "out_features": self.out_features,
@@ -70,7 +87,20 @@ class Linear:
         }
 
     def forward(self, x):
-        """Return ``(y, cache)`` with ``y = x @ weight.T + bias``; ``x`` dense or scipy.sparse (n, in)."""
+        """Compute ``y = x @ weight.T + bias``.
+
+        Parameters
+        ----------
+        x : ndarray or scipy.sparse matrix, shape (n, in_features)
+            The input; a sparse input is multiplied as sparse.
+
+        Returns
+        -------
+        y : ndarray, shape (n, out_features)
+            The output.
+        cache : LinearCache
+            What :meth:`backward` needs.
+        """
         n = x.shape[0] if sp.issparse(x) else (np.shape(x)[0] if np.ndim(x) >= 1 else 0)
         x = V.check_features(x, "x", n, self.in_features, self.dtype)
         self.params.check_finite()
@@ -83,7 +113,14 @@ class Linear:
     __call__ = forward
 
     def backward(self, cache, grad):
-        """Gradients given ``grad = dL/dy`` (n, out_features).
+        """Compute the gradients of a loss ``L`` given ``grad = dL/dy``.
+
+        Parameters
+        ----------
+        cache : LinearCache
+            From :meth:`forward`.
+        grad : ndarray, shape (n, out_features)
+            The gradient of the loss with respect to ``y``.
 
         Returns
         -------

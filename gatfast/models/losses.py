@@ -21,6 +21,7 @@ def softmax_cross_entropy(logits, y, mask=None, reduction="mean"):
     Parameters
     ----------
     logits : ndarray of float, shape (n, num_classes)
+        Unnormalised class scores.
     y : ndarray of int, shape (n,)
         Class labels; only the selected rows must lie in
         ``[0, num_classes)`` (others, e.g. ``-1`` for unlabelled, are ignored).
@@ -84,6 +85,7 @@ def mse_loss(pred, target, mask=None, reduction="mean"):
     Parameters
     ----------
     pred, target : ndarray of float, same shape (n, ...)
+        Predictions and targets.
     mask : ndarray of bool, optional
         Either over rows (shape ``(n,)``, or unique int row indices) or over
         elements (the shape of ``pred``). Default: everything.
@@ -122,7 +124,22 @@ def mse_loss(pred, target, mask=None, reduction="mean"):
 
 
 def accuracy(logits, y, mask=None):
-    """Fraction of selected rows whose argmax equals the label (first max on ties)."""
+    """Compute the fraction of selected rows whose argmax equals the label (first max on ties).
+
+    Parameters
+    ----------
+    logits : ndarray of float, shape (n, num_classes)
+        Class scores (NaN and inf allowed).
+    y : ndarray of int, shape (n,)
+        Class labels.
+    mask : ndarray of bool (n,) or unique int indices, optional
+        Rows that count; default all rows. Must select at least one row.
+
+    Returns
+    -------
+    float
+        The accuracy, in [0, 1].
+    """
     logits = V.float_array(logits, "logits", finite=False)
     if logits.ndim != 2 or logits.shape[1] < 1:
         raise ValueError(f"logits must be 2-D (n, num_classes), got shape {logits.shape}")

@@ -22,15 +22,13 @@ __all__ = ["GATv2Network", "NetworkCache", "READOUTS"]
 READOUTS = (None,) + POOL_MODES
 
 
-
 class GATv2Network:
     """A GATv2 network: node-level (transductive) or graph-level (with readout).
 
     Parameters
     ----------
     in_features : int or (int, int)
-        Input feature size; ``(F_src, F_dst)`` makes the first layer
-        bipartite (its input is a pair ``(x_src, x_dst)``).
+        Input feature size; ``(F_src, F_dst)`` makes the first layer bipartite (input ``(x_src, x_dst)``).
     hidden_features : int
         Channels per head of the hidden layers.
     out_features : int
@@ -44,24 +42,41 @@ class GATv2Network:
     activation : {"elu", "relu", "identity"}, default "elu"
         Applied after every hidden layer.
     dropout : float, default 0.6
-        Feature dropout on the input of every layer (and of the readout
-        head), in training mode only. Sparse inputs stay sparse: only their
-        stored values are dropped.
+        Feature dropout on the input of every layer (and of the readout head), in training mode
+        only. Sparse inputs stay sparse: only their stored values are dropped.
     attention_dropout : float, default 0.6
         Each layer's attention dropout (``GATv2Layer(dropout=...)``).
-    residual, negative_slope, add_self_loops, share_weights, attention_activation, root_weight
-        Passed to every :class:`~gatfast.layers.GATv2Layer`.
+    residual : bool, default False
+        A linear skip connection in every layer (see :class:`~gatfast.GATv2Layer`).
+    negative_slope : float, default 0.2
+        LeakyReLU slope inside every layer's attention.
+    add_self_loops : bool, default True
+        Every layer replaces existing self loops by one loop per node.
+    share_weights : bool, default False
+        Every layer uses one projection for sources and targets.
+    attention_activation : {"leaky_relu", "softplus"}, default "leaky_relu"
+        Activation inside every layer's score (``"softplus"``: GAT+).
+    root_weight : {None, "theta_r", "theta_n"}, default None
+        GAT+ root weight of every layer (see :class:`~gatfast.GATv2Layer`).
+    readout : {None, "mean", "sum", "max"}, default None
+        None for node-level outputs; otherwise graph-level outputs by pooling.
+    dtype : numpy.float32 or numpy.float64, default float32
+        Floating-point type of the parameters and outputs.
+    seed : int, optional
+        Seeds the initialisation of every layer and the model's own dropout
+        generator (independent streams spawned from one seed).
     edge_dim : int, optional
         Edge features: every layer gets ``edge_dim`` and the same edge
         attributes (``forward(..., edge_attr=...)``).
     fill_value : str, float or sequence, default "mean"
         Attributes of the self loops every layer adds (see ``GATv2Layer``).
-    readout : {None, "mean", "sum", "max"}, default None
-        None for node-level outputs; otherwise graph-level outputs by pooling.
-    dtype : numpy.float32 or numpy.float64, default float32
-    seed : int, optional
-        Seeds the initialisation of every layer and the model's own dropout
-        generator (independent streams spawned from one seed).
+
+    Attributes
+    ----------
+    layers : list of GATv2Layer
+        The GATv2 layers, input first.
+    head : Linear or None
+        The readout's final linear layer.
 
     Notes
     -----
@@ -81,12 +96,6 @@ class GATv2Network:
 
     The defaults with ``num_layers=2, heads=8, hidden_features=8`` are the
     GAT recipe for Cora (Veličković et al., 2018), with GATv2 layers.
-
-    Attributes
-    ----------
-    layers : list of GATv2Layer
-    head : Linear or None
-        The readout's final linear layer.
     """
 
     def __init__(
@@ -192,19 +201,39 @@ class GATv2Network:
         return mods
 
     def has_activation(self, l):
-        """Whether layer ``l`` is followed by the activation (all but a node-level output layer)."""
+        """Whether layer ``l`` is followed by the activation.
+
+        Parameters
+        ----------
+        l : int
+            Layer index, ``0 <= l < num_layers``.
+
+        Returns
+        -------
+        bool
+            True for every layer but the output layer of a node-level network.
+        """
         return self.readout is not None or l < self.num_layers - 1
 
     def parameters(self):
-        """Flat dict ``{"layers.0.W_l": array, ..., "head.weight": array}``.
+        """Return every parameter array under a flat name.
 
-        The values are the arrays the model computes with (not copies), so an
-        optimizer that updates them in place trains the model.
+        Returns
+        -------
+        dict of str to ndarray
+            ``{"layers.0.W_l": array, ..., "head.weight": array}``: the arrays the model computes
+            with (not copies), so an optimizer that updates them in place trains the model.
         """
         return {f"{prefix}.{k}": arr for prefix, mod in self._modules() for k, arr in mod.params.items()}
 
     def num_parameters(self):
-        """Total number of scalar parameters."""
+        """Count the scalar parameters.
+
+        Returns
+        -------
+        int
+            The total size of the arrays of :meth:`parameters`.
+        """
         return int(sum(a.size for a in self.parameters().values()))
 
     def load_parameters(self, params):
@@ -230,7 +259,13 @@ class GATv2Network:
             np.copyto(own[k], arr)
 
     def get_config(self):
-        """Constructor arguments as a JSON-able dict: ``GATv2Network(**config)`` rebuilds the model."""
+        """Return the constructor arguments.
+
+        Returns
+        -------
+        dict
+            JSON-able: ``GATv2Network(**config)`` rebuilds the model (with new parameter values).
+        """
         return {
             "in_features": list(self.in_features) if isinstance(self.in_features, tuple) else self.in_features,
             "hidden_features": self.hidden_features,
@@ -272,35 +307,33 @@ class GATv2Network:
         Parameters
         ----------
         graph : CSRGraph, scipy.sparse matrix, or list of them
-            CSR by target (a batch of graphs is one block-diagonal graph); or
-            one block per layer (sampled mini-batches: block ``l + 1``'s
-            sources are block ``l``'s targets, targets first among sources).
+            CSR by target (a batch of graphs is one block-diagonal graph); or one block per layer (sampled
+            mini-batches: block ``l + 1``'s sources are block ``l``'s targets, targets first).
         x : ndarray or scipy.sparse matrix, or a pair of them
-            Features of the (first block's) sources; a pair ``(x_src,
-            x_dst)`` when ``in_features`` is a pair.
+            Features of the (first block's) sources; ``(x_src, x_dst)`` if ``in_features`` is a pair.
         graph_ptr : ndarray of int, shape (num_graphs + 1,)
             Required iff ``readout`` is set (see :func:`gatfast.batch_graphs`).
         training : bool, default False
             Apply feature and attention dropout.
         rng : numpy.random.Generator or RandomKeys, optional
-            Source of every dropout mask. A Generator is drawn in a fixed
-            order (layer by layer: features, then attention; then the head's
-            input); it defaults to the model's own generator. With
-            :class:`~gatfast.RandomKeys` every mask is a function
-            of the key and the global id of the node, edge or graph it
-            applies to, so any split of a batch gives the same masks.
+            Source of every dropout mask. A Generator is drawn in a fixed order (layer by layer:
+            features, then attention; then the head's input); it defaults to the model's own
+            generator. With :class:`~gatfast.RandomKeys` every mask is a function of the key and
+            the global id of the node, edge or graph it applies to, so any split of a batch gives
+            the same masks.
         edge_attr : ndarray or list of ndarray, optional
             Edge features in CSR order (required iff ``edge_dim`` is set):
             one array for one graph, one per block for a list of blocks.
         ids : GraphIds, optional
-            Global ids of each layer's input rows and edges (and of the
-            batch's graphs), for keyed dropout; default their positions.
+            Global ids of each layer's input rows and edges (and of the batch's graphs), for keyed
+            dropout; default their positions.
 
         Returns
         -------
         out : ndarray
             (num_dst, out_features), or (num_graphs, out_features) with readout.
         cache : NetworkCache
+            What :meth:`backward` needs.
         """
         return stack_forward(self, graph, x, graph_ptr, bool(training), self._rng if rng is None else rng, edge_attr,
                              ids)
@@ -308,15 +341,34 @@ class GATv2Network:
     __call__ = forward
 
     def output(self, graph, x, graph_ptr=None, edge_attr=None):
-        """The evaluation-mode output (logits for classification, values for regression), no cache."""
-        return self.forward(graph, x, graph_ptr=graph_ptr, training=False, edge_attr=edge_attr)[0]
+        """Compute the evaluation-mode output: logits for classification, values for regression.
 
-    def predict(self, graph, x, graph_ptr=None, edge_attr=None):
-        """Deprecated: the raw outputs (logits); use :meth:`output` (``predict`` will mean labels).
+        Parameters
+        ----------
+        graph, x, graph_ptr, edge_attr : as in :meth:`forward`
+            ``graph_ptr`` is required iff ``readout`` is set, ``edge_attr`` iff ``edge_dim`` is.
 
         Returns
         -------
         ndarray
+            ``forward(graph, x, ...)[0]`` without dropout; no cache is kept.
+        """
+        return self.forward(graph, x, graph_ptr=graph_ptr, training=False, edge_attr=edge_attr)[0]
+
+    def predict(self, graph, x, graph_ptr=None, edge_attr=None):
+        """Return the raw outputs (logits); deprecated, use :meth:`output`.
+
+        .. deprecated:: 0.2 ``predict`` will return labels in gatfast 0.3 (it warns: FutureWarning).
+
+        Parameters
+        ----------
+        graph, x, graph_ptr, edge_attr : as in :meth:`output`
+            The network's input.
+
+        Returns
+        -------
+        ndarray
+            What :meth:`output` returns.
         """
         warnings.warn("GATv2Network.predict returns raw outputs (logits) and is deprecated: use "
                       "network.output(...) (predict will return labels in gatfast 0.3)", FutureWarning,
@@ -324,21 +376,22 @@ class GATv2Network:
         return self.output(graph, x, graph_ptr, edge_attr)
 
     def backward(self, cache, grad_out, theta_r="linear"):
-        """Gradients of a scalar loss given ``grad_out = dL/d out``.
+        """Compute the gradients of a scalar loss ``L`` given ``grad_out = dL/d out``.
 
         Parameters
         ----------
         cache : NetworkCache
             From :meth:`forward` (with the parameters unchanged since).
         grad_out : ndarray, shape of ``out``
+            The gradient of the loss with respect to the output of :meth:`forward`.
         theta_r : {"linear", "pairwise"}, default "linear"
             Form of the Θ_R term in every layer (see ``docs/MATH.md``).
 
         Returns
         -------
         grads : dict
-            The keys of :meth:`parameters`; ``"x"`` (the input gradient, or a
-            pair) when the input was dense; ``"edge_attr"`` with edge features.
+            The keys of :meth:`parameters`; ``"x"`` (the input gradient, or a pair) when the input
+            was dense; ``"edge_attr"`` with edge features.
         """
         if not isinstance(cache, NetworkCache):
             raise TypeError(f"cache must be the NetworkCache returned by forward, got {type(cache).__name__}")

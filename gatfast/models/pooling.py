@@ -19,9 +19,20 @@ POOL_MODES = ("mean", "sum", "max")
 class PoolCache:
     """What :func:`global_pool` keeps for :func:`global_pool_backward`.
 
-    ``matrix`` is the (num_graphs, num_nodes) pooling operator for mean/sum;
-    ``argmax`` holds, for max, the winning row per (graph, feature) (-1 for
-    empty graphs).
+    Attributes
+    ----------
+    mode : {"mean", "sum", "max"}
+        The pooling.
+    num_nodes, num_features : int
+        Shape of the pooled input.
+    dtype : numpy.dtype
+        Its floating-point type.
+    matrix : scipy.sparse.csr_array or None
+        The (num_graphs, num_nodes) summing operator, for mean and sum.
+    counts : ndarray or None
+        Nodes per graph (at least 1), shape (num_graphs, 1), for mean.
+    argmax : ndarray of int64 or None
+        For max, the winning row per (graph, feature); -1 for empty graphs.
     """
 
     mode: str
@@ -39,16 +50,19 @@ def global_pool(x, graph_ptr, mode="mean"):
     Parameters
     ----------
     x : ndarray of float, shape (num_nodes, F)
+        Node features of the batch.
     graph_ptr : ndarray of int, shape (num_graphs + 1,)
         Nodes of graph ``g`` are ``graph_ptr[g]:graph_ptr[g + 1]``
         (as returned by :func:`gatfast.batch_graphs`).
     mode : {"mean", "sum", "max"}
+        The pooling, as PyG's ``global_mean_pool``, ``global_add_pool``, ``global_max_pool``.
 
     Returns
     -------
     pooled : ndarray, shape (num_graphs, F), dtype of ``x``
         Empty graphs pool to 0 in every mode.
     cache : PoolCache
+        What :func:`global_pool_backward` needs.
     """
     V.check_choice(mode, "mode", set(POOL_MODES))
     x = V.float_array(x, "x")
@@ -92,7 +106,9 @@ def global_pool_backward(grad_pooled, cache):
     Parameters
     ----------
     grad_pooled : ndarray, shape (num_graphs, F)
+        The gradient with respect to the pooled output.
     cache : PoolCache
+        From :func:`global_pool`.
 
     Returns
     -------

@@ -71,8 +71,6 @@ def network_from_pyg(cls, model, *, head=None, readout=None, activation="elu", d
 
     Parameters
     ----------
-    cls : type
-        :class:`GATv2Network` (or a subclass).
     model : torch.nn.ModuleList of GATv2Conv, or a module with ``convs``
         The layers, first to last. Hidden layers concatenate their heads
         (or have one head) and all have the same ``heads`` and
@@ -84,7 +82,9 @@ def network_from_pyg(cls, model, *, head=None, readout=None, activation="elu", d
         The classifier after the readout (default: ``model.head``);
         required iff ``readout`` is set.
     readout : {None, "mean", "sum", "max"}, default None
+        The pooling of the PyG model's forward (None: node-level outputs).
     activation : {"elu", "relu", "identity"}, default "elu"
+        The activation of the PyG model's forward, after every layer but a node-level output layer.
     dropout : float, default 0.0
         The feature dropout of the PyG model's forward.
     dtype : numpy.float32 or numpy.float64, optional
@@ -178,6 +178,7 @@ def network_to_pyg_state_dict(net):
     Parameters
     ----------
     net : GATv2Network
+        The network (``self`` when called as a method).
 
     Returns
     -------
@@ -209,6 +210,7 @@ def load_network_pyg_state_dict(net, state_dict):
     Parameters
     ----------
     net : GATv2Network
+        The network (``self`` when called as a method).
     state_dict : mapping
         ``convs.{l}.*`` for every layer and ``head.*`` with a readout;
         torch tensors or arrays.
@@ -271,6 +273,7 @@ def network_to_pyg(net):
     Parameters
     ----------
     net : GATv2Network
+        The network (``self`` when called as a method).
 
     Returns
     -------

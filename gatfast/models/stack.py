@@ -26,11 +26,28 @@ __all__ = ["NetworkCache", "resolve_graphs", "stack_backward", "stack_forward"]
 class NetworkCache:
     """What :meth:`GATv2Network.forward` keeps for the backward pass.
 
-    ``layer_caches[l]`` is the :class:`~gatfast.layers.LayerCache` of layer
-    ``l`` (its ``alpha`` holds that layer's attention); ``masks[l]`` the
-    feature-dropout multipliers applied to that layer's input (None when no
-    dropout was drawn; a pair for bipartite input); ``pre``/``post`` the
-    values around each activation.
+    Attributes
+    ----------
+    layer_caches : list of LayerCache
+        ``layer_caches[l]`` is the :class:`~gatfast.LayerCache` of layer ``l``
+        (its ``alpha`` holds that layer's attention).
+    masks : list
+        ``masks[l]``: the feature-dropout multipliers applied to layer ``l``'s
+        input (None when no dropout was drawn; a pair for bipartite input).
+    pre, post : list of ndarray
+        The values before and after each activation, in layer order.
+    pool_cache : PoolCache or None
+        The readout's pooling cache (None without readout).
+    head_mask : ndarray or None
+        The dropout multipliers of the readout head's input (None when not drawn).
+    head_cache : LinearCache or None
+        The readout head's cache (None without readout).
+    out_shape : tuple of int
+        Shape of the output.
+    dense_input : bool or (bool, bool)
+        Whether the input (each input of a pair) was dense, so that ``grads["x"]`` is returned.
+    edge_attr_shared : bool
+        One edge-attribute array fed every layer, so its gradients are added up.
     """
 
     layer_caches: list = field(default_factory=list)

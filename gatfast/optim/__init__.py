@@ -31,6 +31,7 @@ def make_optimizer(name, params, lr, weight_decay=0.0, momentum=0.0, nesterov=Fa
     Returns
     -------
     Optimizer
+        A new :class:`Adam`, :class:`AdamW` or :class:`SGD` over ``params``.
     """
     V.check_choice(name, "optimizer", set(OPTIMIZERS))
     if name == "adam":

@@ -17,12 +17,16 @@ class Adam(Optimizer):
 
     Parameters
     ----------
-    params : mapping name -> ndarray
+    params : mapping of str to ndarray
+        The arrays to update in place, by name (e.g. ``model.parameters()``).
     lr : float, default 0.005
+        Learning rate, > 0.
     betas : (float, float), default (0.9, 0.999)
-        Each in [0, 1).
+        Decay rates of the first and second moment estimates, each in [0, 1).
     eps : float, default 1e-8
+        Added to the denominator for numerical stability.
     weight_decay : float, default 0
+        L2 penalty added to the gradient (coupled, as in ``torch.optim.Adam``).
     """
 
     _hyper = ("lr", "beta1", "beta2", "eps", "weight_decay")
@@ -37,6 +41,7 @@ class Adam(Optimizer):
 
     @property
     def betas(self):
+        """``(beta1, beta2)``, the moment decay rates (read-only)."""
         return (self.beta1, self.beta2)
 
     def _set_hyper(self, lr, beta1, beta2, eps, weight_decay):
@@ -75,11 +80,16 @@ class AdamW(Adam):
 
     Parameters
     ----------
-    params : mapping name -> ndarray
+    params : mapping of str to ndarray
+        The arrays to update in place, by name (e.g. ``model.parameters()``).
     lr : float, default 0.001
+        Learning rate, > 0.
     betas : (float, float), default (0.9, 0.999)
+        Decay rates of the first and second moment estimates, each in [0, 1).
     eps : float, default 1e-8
+        Added to the denominator for numerical stability.
     weight_decay : float, default 0.01
+        Decoupled weight decay: ``p *= 1 - lr * weight_decay`` before each step.
     """
 
     _decoupled = True

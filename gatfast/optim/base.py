@@ -66,6 +66,12 @@ class Optimizer:
     Subclasses define ``_hyper`` (hyperparameter names saved in the state
     dict), ``_state_keys`` (what a parameter's non-empty state holds: arrays,
     and ``"step"`` as an int), ``_set_hyper`` and ``_update``.
+
+    Parameters
+    ----------
+    params : mapping of str to ndarray
+        The arrays to update in place, by name; writeable floating-point
+        arrays (e.g. ``model.parameters()``).
     """
 
     _hyper = ()
@@ -110,9 +116,15 @@ class Optimizer:
         self.state = {name: {} for name in self.params}
 
     def state_dict(self):
-        """A flat dict of numbers and array copies: the hyperparameters, then
-        ``<key>.<name>`` (e.g. ``exp_avg.layers.0.W_l``, ``step.layers.0.W_l``)
-        for every parameter that has state."""
+        """Return the hyperparameters and the state, for a checkpoint.
+
+        Returns
+        -------
+        dict
+            A flat dict of numbers and array copies: the hyperparameters, then
+            ``<key>.<name>`` (e.g. ``exp_avg.layers.0.W_l``, ``step.layers.0.W_l``)
+            for every parameter that has state.
+        """
         out = {h: getattr(self, h) for h in self._hyper}
         for name, st in self.state.items():
             for key, val in st.items():
@@ -120,7 +132,15 @@ class Optimizer:
         return out
 
     def load_state_dict(self, state_dict):
-        """Restore hyperparameters and state from :meth:`state_dict` (validated first)."""
+        """Restore hyperparameters and state from :meth:`state_dict` (validated first).
+
+        Parameters
+        ----------
+        state_dict : mapping
+            What :meth:`state_dict` returned, possibly through a ``.npz`` file
+            (0-d arrays are accepted for numbers). Nothing changes unless
+            every entry is valid for this optimizer and its parameters.
+        """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
         missing = [h for h in self._hyper if h not in state_dict]

@@ -35,7 +35,9 @@ def clip_grad_norm(grads, max_norm, norm_type=2.0, error_if_nonfinite=True):
     grads : mapping name -> ndarray
         Entries that are None and the key ``"x"`` (the input gradient) are ignored.
     max_norm : float > 0
+        The largest total norm allowed.
     norm_type : float > 0 or inf, default 2
+        Order of the norm (``inf``: the largest absolute entry).
     error_if_nonfinite : bool, default True
         Raise NonFiniteError if the total norm is NaN or inf; otherwise
         leave the gradients unchanged and return that norm.

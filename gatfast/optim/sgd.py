@@ -15,10 +15,14 @@ class SGD(Optimizer):
 
     Parameters
     ----------
-    params : mapping name -> ndarray
+    params : mapping of str to ndarray
+        The arrays to update in place, by name (e.g. ``model.parameters()``).
     lr : float, default 0.01
+        Learning rate, > 0.
     momentum : float, default 0
+        Momentum factor, >= 0 (0: plain SGD).
     dampening : float, default 0
+        Dampening of the gradient added to the momentum buffer.
     nesterov : bool, default False
         Requires ``momentum > 0`` and ``dampening == 0``.
     weight_decay : float, default 0

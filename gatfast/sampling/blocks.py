@@ -69,11 +69,28 @@ class SampledBatch:
         return self.blocks[0].src_ids
 
     def ids(self):
-        """The :class:`GraphIds` of the batch (keyed dropout)."""
+        """Return the global ids of the batch's rows and edges, for keyed dropout.
+
+        Returns
+        -------
+        GraphIds
+            Each block's ``src_ids`` and ``edge_ids``.
+        """
         return GraphIds([b.src_ids for b in self.blocks], [b.edge_ids for b in self.blocks])
 
     def edge_attrs(self, edge_attr):
-        """Each block's edge attributes, taken from the full graph's ``edge_attr`` (CSR order)."""
+        """Take each block's edge attributes from the full graph's.
+
+        Parameters
+        ----------
+        edge_attr : ndarray, shape (nnz, D)
+            The full graph's edge attributes, in its CSR order.
+
+        Returns
+        -------
+        list of ndarray
+            One contiguous array per block, in the block's CSR order.
+        """
         return [np.ascontiguousarray(edge_attr[b.edge_ids]) for b in self.blocks]
 
     @property
@@ -83,7 +100,25 @@ class SampledBatch:
 
 
 def check_fanouts(fanouts, name="fanouts"):
-    """``fanouts`` as a tuple of ints (>= 1, or -1 for every neighbour), or raise naming it."""
+    """Check fanouts: a non-empty sequence of ints, each >= 1 or -1 (every neighbour).
+
+    Parameters
+    ----------
+    fanouts : sequence of int
+        One fanout per layer.
+    name : str, default "fanouts"
+        The name used in error messages.
+
+    Returns
+    -------
+    tuple of int
+        The fanouts.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming ``name``, when a fanout is not an int or out of range.
+    """
     if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__len__") or len(fanouts) == 0:
         raise TypeError(f"{name} must be a non-empty sequence of ints (one per layer), got {fanouts!r}")
     out = []
@@ -117,6 +152,7 @@ def sample_blocks(graph, seeds, fanouts, keys, local=None):
     Returns
     -------
     SampledBatch
+        The seeds and one block per layer, input layer first.
     """
     fanouts = check_fanouts(fanouts)
     if local is None:

@@ -75,13 +75,39 @@ class NeighborSampler:
         return -(-self.seeds.size // self.batch_size)
 
     def epoch_order(self, epoch):
-        """The seeds in epoch ``epoch``'s order."""
+        """Return the seeds in the order of an epoch.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch; with the sampler's seed it keys the shuffle.
+
+        Returns
+        -------
+        ndarray of int64
+            The seeds, shuffled unless ``shuffle`` is False.
+        """
         if not self.shuffle:
             return self.seeds
         return keyed_permutation(self.seeds, RandomKeys(self.seed, SHUFFLE, epoch))
 
     def batch(self, epoch, index, order=None):
-        """Batch ``index`` of epoch ``epoch`` (the same in any process)."""
+        """Sample batch ``index`` of an epoch (the same in any process).
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch.
+        index : int
+            The batch number, ``0 <= index < len(self)``.
+        order : ndarray of int64, optional
+            :meth:`epoch_order` of ``epoch``, if already computed.
+
+        Returns
+        -------
+        SampledBatch
+            The batch's seeds and blocks.
+        """
         if order is None:
             order = self.epoch_order(epoch)
         seeds = order[index * self.batch_size : (index + 1) * self.batch_size]
@@ -93,7 +119,18 @@ class NeighborSampler:
         return sample_blocks(self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index), local)
 
     def epoch(self, epoch):
-        """Yield the :class:`~gatfast.sampling.blocks.SampledBatch` objects of epoch ``epoch`` in order."""
+        """Iterate over the batches of an epoch, in order.
+
+        Parameters
+        ----------
+        epoch : int
+            The epoch, >= 0.
+
+        Yields
+        ------
+        SampledBatch
+            Each batch of the epoch, as :meth:`batch` returns it.
+        """
         epoch = V.check_int(epoch, "epoch", 0)
         order = self.epoch_order(epoch)
         if not self.prefetch or len(self) == 1:

@@ -59,6 +59,7 @@ def save_checkpoint(path, model, meta=None, *, preprocessing=None):
     path : str or path-like
         Written atomically; its directory must exist.
     model : GATv2Network
+        The model; its configuration and parameters are saved.
     meta : dict, optional
         JSON-able information stored with the model (``"dataset"``,
         ``"task"``, ``"metrics"``, ``"splits"``... as :func:`gatfast.train` writes).
@@ -97,15 +98,22 @@ def load_checkpoint(path):
     """Load a checkpoint written by :func:`save_checkpoint`.
 
     The file is read pickle-free and within the size limits of
-    :class:`gatfast._io.NpzReader`; the parameter shapes that the stored
+    ``gatfast._npz.NpzReader``; the parameter shapes that the stored
     configuration implies are compared with the shapes in the arrays'
     ``.npy`` headers before any parameter is read or the model is built, so
     a small file cannot make gatfast allocate a huge network.
 
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.npz`` file.
+
     Returns
     -------
     model : GATv2Network
+        The model, rebuilt from the stored configuration and parameters.
     meta : dict
+        What :func:`save_checkpoint` stored as ``meta`` (``{}`` if nothing).
 
     Raises
     ------

@@ -226,44 +226,97 @@ class TrainConfig:
         Parameters
         ----------
         name : {"gat", "tu", "scenes"}
+            The recipe.
         **overrides
             Field values that replace the preset's.
 
         Returns
         -------
         TrainConfig
+            The recipe's configuration.
         """
         if name not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)!r}, got {name!r}")
         return cls(**{**PRESETS[name], **_known(overrides)})
 
     def replace(self, **overrides):
-        """A copy with some fields changed (validated like the constructor)."""
+        """Return a copy with some fields changed.
+
+        Parameters
+        ----------
+        **overrides
+            Field values, validated like the constructor's; unknown names are a TypeError.
+
+        Returns
+        -------
+        TrainConfig
+            The changed copy.
+        """
         return dataclasses.replace(self, **_known(overrides))
 
     def to_dict(self):
-        """Every field as a plain JSON-able value."""
+        """Return every field as a plain JSON-able value.
+
+        Returns
+        -------
+        dict
+            ``{field: value}`` in declaration order; :meth:`from_dict` rebuilds the config.
+        """
         return dataclasses.asdict(self)
 
     def recipe(self):
-        """The fields that make up a training recipe (no seed, paths or output settings)."""
+        """Return the fields that make up a training recipe (no seed, paths or output settings).
+
+        Returns
+        -------
+        dict
+            ``{field: value}`` for the fields whose :class:`Option` has ``recipe=True``.
+        """
         options = self.options()
         return {k: v for k, v in self.to_dict().items() if options[k][1].recipe}
 
     @classmethod
     def from_dict(cls, values):
-        """Rebuild from :meth:`to_dict` output; unknown keys are a ValueError."""
+        """Rebuild a config from :meth:`to_dict` output.
+
+        Parameters
+        ----------
+        values : dict
+            Field values; missing fields take their defaults, unknown keys are a TypeError.
+
+        Returns
+        -------
+        TrainConfig
+            The validated config.
+        """
         if not isinstance(values, dict):
             raise TypeError(f"values must be a dict, got {type(values).__name__}")
         return cls(**_known(values))
 
     def to_json(self):
-        """:meth:`to_dict` as a JSON string (sorted keys)."""
+        """Return :meth:`to_dict` as a JSON string.
+
+        Returns
+        -------
+        str
+            JSON with sorted keys; :meth:`from_json` rebuilds the config.
+        """
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text):
-        """Rebuild from :meth:`to_json` output."""
+        """Rebuild a config from :meth:`to_json` output.
+
+        Parameters
+        ----------
+        text : str
+            A JSON object of field values.
+
+        Returns
+        -------
+        TrainConfig
+            The validated config.
+        """
         return cls.from_dict(json.loads(text))
 
     @property
@@ -314,6 +367,7 @@ def preset_for(dataset):
     Parameters
     ----------
     dataset : NodeDataset or GraphDataset
+        The dataset to train on.
 
     Returns
     -------

@@ -80,13 +80,27 @@ def eval_graphs(model, ds, indices, batch_size):
 
 
 def evaluate(model, dataset, splits=None, batch_size=EVAL_BATCH_SIZE):
-    """Metrics of ``model`` on ``dataset`` (no training).
+    """Compute the metrics of ``model`` on ``dataset`` (no training).
 
-    For node datasets the dataset's masks are used; for graph datasets pass
-    ``splits = {"test": indices, ...}`` (default: all graphs as ``test``;
-    ``TrainResult.splits`` and a checkpoint's ``meta["splits"]`` hold the
-    training run's splits). The default ``batch_size`` is the one
-    :func:`fit` evaluates with, so the metrics are the same to the bit.
+    Parameters
+    ----------
+    model : GATv2Network
+        A model that fits the dataset (feature and output sizes, edge features).
+    dataset : NodeDataset or GraphDataset
+        For node datasets the dataset's masks are the splits.
+    splits : dict of str to array_like of int, optional
+        Graph datasets: ``{"test": indices, ...}`` (default: all graphs as
+        ``test``; ``TrainResult.splits`` and a checkpoint's ``meta["splits"]``
+        hold the training run's splits). Ignored for node datasets.
+    batch_size : int, default 256
+        Graphs per evaluation batch; the default is the one :func:`fit`
+        evaluates with, so the metrics are the same to the bit.
+
+    Returns
+    -------
+    dict of str to float
+        ``<split>_loss`` for every split, and ``<split>_accuracy`` for
+        classification (node splits with no node are left out).
     """
     check_compatible(model, dataset)
     if isinstance(dataset, NodeDataset):

@@ -176,7 +176,9 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     Parameters
     ----------
     model : GATv2Network
+        The model to train, in place.
     dataset : NodeDataset or GraphDataset
+        The data, with its train/val/test masks (node datasets).
     optimizer : SGD, Adam or AdamW
         Built on ``model.parameters()``.
     config : TrainConfig, optional
@@ -214,6 +216,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     Returns
     -------
     TrainResult
+        The model (best validation epoch restored), its final metrics and the history.
 
     Raises
     ------

@@ -218,7 +218,22 @@ def _train_folds(ds, config, callback, progress, stop):
 
 
 def build_model(ds, config, seed):
-    """The :class:`GATv2Network` that ``config`` describes, sized for dataset ``ds``."""
+    """Build the :class:`GATv2Network` that ``config`` describes, sized for dataset ``ds``.
+
+    Parameters
+    ----------
+    ds : NodeDataset or GraphDataset
+        Gives the input size, the output size (classes or targets) and the edge features.
+    config : TrainConfig
+        The model options (layers, hidden, heads, ...).
+    seed : int or None
+        Seed of the initialisation and of the model's dropout.
+
+    Returns
+    -------
+    GATv2Network
+        A new, untrained model.
+    """
     out_features = ds.num_classes if ds.num_classes else target_width(ds)
     V.check_network_size(ds.num_features, config.hidden, out_features, config.layers, config.heads,
                          config.out_heads, config.readout)
