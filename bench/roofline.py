@@ -93,8 +93,8 @@ Three parts, all in one process:
 3. **Timing of the real kernels** on the same workload: the layer builds
    its cache once, then each kernel function of ``gatfast.kernels`` (and
    the layer's dense-product helpers) is called with the arrays prepared
-   as ``gatfast/layers`` prepares them (the parallel driver or its serial
-   twin, as the layer picks), and the whole
+   as ``gatfast/layers`` prepares them (whole or in row chunks on the
+   thread pool, as the layer runs them), and the whole
    ``layer.forward`` + ``layer.backward`` step is timed too. Warm-up, then
    ``--reps`` rounds in which every kernel, the step and every probe the
    workload's bounds need (read and scale streams, each pass's gathers,

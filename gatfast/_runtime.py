@@ -2,24 +2,19 @@
 
 What gatfast changes in the process, and when (nothing happens at import):
 
-* ``OMP_WAIT_POLICY=PASSIVE`` is set (unless the user set it) just before
-  the first kernel runs, because libgomp reads it once when Numba starts its
-  OpenMP threads. Spinning OpenMP workers otherwise starve OpenBLAS between
-  kernels on small machines (MUTAG training ran up to 10x slower).
-* The Numba thread count is changed only inside :func:`threads` blocks
-  (``gatfast train --threads N``, ``train(..., threads=N)``) and restored
-  afterwards.
+* The thread count (Numba's setting, ``NUMBA_NUM_THREADS`` by default: all
+  cores) is changed only inside :func:`threads` blocks (``gatfast train
+  --threads N``, ``train(..., threads=N)``) and restored afterwards.
+* Kernels run on the calling thread when the work is too small to be worth
+  waking threads (:data:`SERIAL_WORK`), else over chunks of rows on a small
+  thread pool of this module (:func:`run_rows`; the kernels release the
+  GIL). No OpenMP runtime is started, so a forked child computes like its
+  parent and BLAS threads are never starved by spinning OpenMP workers.
 * OpenBLAS is held at one thread (through threadpoolctl) only while the
-  layer runs its dense products in row chunks on its own small thread pool,
-  one single-threaded BLAS call per chunk; the previous limit is restored.
+  layer runs its dense products in row chunks on that same pool, one
+  single-threaded BLAS call per chunk; the previous limit is restored.
 * A one-line notice goes to stderr when the first call of a kernel takes
   long enough to be a compilation (the first run after installing).
-* Kernels run serially (their ``*_serial`` twins, the same bits) when the
-  work is too small to be worth waking threads, when Numba has one thread,
-  and in a child forked after Numba's GNU OpenMP threads were started
-  (libgomp cannot be used again after ``fork``: Numba aborts the child).
-  To know the latter, the one thing done at import is registering an
-  ``os.register_at_fork`` hook that marks forked children.
 """
 
 from __future__ import annotations
@@ -31,16 +26,16 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import numba
-from numba.np.ufunc import parallel as _numba_parallel
 
 from . import _validate as V
 
 __all__ = [
+    "CHUNKS_PER_THREAD",
     "SERIAL_WORK",
     "blas_single_thread",
     "compile_notice",
-    "ensure_initialised",
     "run_chunks",
+    "run_rows",
     "threads",
     "use_parallel",
 ]
@@ -49,44 +44,49 @@ __all__ = [
 #: calling thread: waking the other threads costs more than they save.
 SERIAL_WORK = 1 << 15
 
+#: Chunks of rows per thread: enough for threads that finish early to take
+#: another (graphs with hubs have very uneven rows), few enough that the
+#: per-chunk cost (a few microseconds) stays small.
+CHUNKS_PER_THREAD = 4
+
 _NOTHING = nullcontext()  # a shared no-op context for fast paths
-_state = {"pid": None, "controller": None, "notice_given": False, "forked_after_openmp": False}
+_state = {"controller": None, "notice_given": False}
 _pools = {}
 _lock = threading.Lock()
 
 
-def _after_fork_in_child():
-    if getattr(_numba_parallel, "_is_initialized", False) and _threading_layer() == "omp":
-        _state["forked_after_openmp"] = True
-
-
-def _threading_layer():
-    try:
-        return numba.threading_layer()
-    except ValueError:  # not started yet
-        return None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
 def use_parallel(work):
-    """Whether a kernel with ``work`` (edges x heads x channels) should run its parallel driver."""
-    if work < SERIAL_WORK or _state["forked_after_openmp"]:
-        return False
-    return numba.get_num_threads() > 1
+    """Whether work of this size (edges x heads x channels) should run on several threads."""
+    return work >= SERIAL_WORK and numba.get_num_threads() > 1
 
 
-def ensure_initialised():
-    """Process settings that must precede the first parallel kernel (cheap after the first call)."""
-    pid = os.getpid()
-    if _state["pid"] == pid:
+def run_rows(kernel, count, args, work):
+    """``kernel(start, stop, *args)`` over ``[0, count)``: at once, or in chunks on the thread pool.
+
+    The kernel must release the GIL and write only what belongs to its
+    rows; the chunks then give the same bits as one call over everything,
+    for any thread count. Small work (:data:`SERIAL_WORK`) and one thread
+    run on the calling thread.
+    """
+    workers = numba.get_num_threads() if work >= SERIAL_WORK else 1
+    if workers <= 1 or count < 2:
+        kernel(0, count, *args)
         return
-    with _lock:
-        if _state["pid"] != pid:
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-            _state["pid"] = pid
+    pieces = min(count, workers * CHUNKS_PER_THREAD)
+    size = -(-count // pieces)
+    chunks = [(start, min(count, start + size)) for start in range(0, count, size)]
+    list(_pool(workers).map(lambda c: kernel(c[0], c[1], *args), chunks))
+
+
+def _pool(workers):
+    key = (os.getpid(), workers)  # a forked child gets its own threads
+    pool = _pools.get(key)
+    if pool is None:
+        with _lock:
+            pool = _pools.get(key)
+            if pool is None:
+                pool = _pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="gatfast")
+    return pool
 
 
 @contextmanager
@@ -157,14 +157,7 @@ def run_chunks(task, chunks):
     workers = min(numba.get_num_threads(), len(chunks))
     if workers <= 1:
         return [task(*c) for c in chunks]
-    key = (os.getpid(), workers)
-    pool = _pools.get(key)
-    if pool is None:
-        with _lock:
-            pool = _pools.get(key)
-            if pool is None:
-                pool = _pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="gatfast-blas")
-    return list(pool.map(lambda c: task(*c), chunks))
+    return list(_pool(numba.get_num_threads()).map(lambda c: task(*c), chunks))
 
 
 class _Notice:

@@ -20,7 +20,15 @@ class CLIError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: the message, then where to find help (exit status 2)."""
+    """argparse with one-line errors: the message, then where to find help (exit status 2).
+
+    Abbreviated options are refused: with dozens of options a prefix such as
+    ``--out`` would silently mean ``--out-heads``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -207,8 +215,7 @@ def _cmd_train(args):
 
 
 def _cmd_evaluate(args):
-    from . import _runtime
-    from . import _validate as V
+    from . import _paths, _runtime
     from .data import dataset_file, load_dataset
     from .training import evaluate, load_checkpoint
 
@@ -220,7 +227,7 @@ def _cmd_evaluate(args):
         data_file = dataset_file(source)
     except (TypeError, ValueError):
         data_file = None  # reported when loading
-    V.check_output_paths([("--metrics-json", args.metrics_json)],
+    _paths.check_output_paths([("--metrics-json", args.metrics_json)],
                          [("checkpoint", args.checkpoint), ("dataset", data_file)])
     opts = dict(dtype=np.dtype(model.get_config()["dtype"]), normalize_features=_normalize(args, meta))
     if args.dataset is None:

@@ -225,6 +225,8 @@ def test_top_level_help_lists_the_commands(capsys):
         (["train", "--patience", "-1"], "--patience"),
         (["train", "--dtype", "float16"], "--dtype"),
         (["train", "--colour", "red"], "unrecognized arguments"),
+        (["train", "--out", "x"], "unrecognized arguments"),  # a prefix of --out-heads, not an abbreviation
+        (["gradcheck", "--node", "5"], "unrecognized arguments"),
         (["gradcheck", "--theta-r", "cubic"], "--theta-r"),
         (["evaluate"], "checkpoint"),
         (["fly"], "invalid choice"),

@@ -19,8 +19,7 @@ import numpy as np
 
 from gatfast import _validate as V
 from gatfast._runtime import blas_single_thread
-from gatfast.kernels import csr_dense_matmul2
-from gatfast.layers.dense import dense_backward, dense_projections
+from gatfast.layers.dense import dense_backward, dense_projections, sparse_matmul2
 from gatfast.layers.inputs import resolve_inputs
 
 from .model import Gather, Kernel, Model, bound, step_footprint
@@ -60,12 +59,9 @@ def k_projections(d, s=None):
 
         def run():
             n = d.n
-            csr_dense_matmul2(
-                s.x.indptr, s.x.indices, s.x.data, np.ascontiguousarray(s.W_l.T), np.ascontiguousarray(s.W_r.T),
-                s.b_l, s.b_r, s.xl.reshape(n, d.hc), s.xr.reshape(n, d.hc),
-            )
+            sparse_matmul2(s.x, s.W_l.T, s.W_r.T, s.b_l, s.b_r, s.xl.reshape(n, d.hc), s.xr.reshape(n, d.hc))
 
-        return Kernel("projections", "sparse x @ W_l.T, x @ W_r.T (csr_dense_matmul2)", model, run if s else None)
+        return Kernel("projections", "sparse x @ W_l.T, x @ W_r.T (csr_dense_matmul2_rows)", model, run if s else None)
     reads = {"x": d.ns * d.in_features * d.f}
     if d.bipartite:
         reads["x_dst"] = d.n * d.fd * d.f
@@ -94,7 +90,7 @@ def _edge_reads(d):
 
 
 def k_forward(d, s=None):
-    """Fused forward ``gatv2_forward``: scores, row softmax, aggregation; one ``xl[j]`` gather per edge."""
+    """Fused forward ``gatv2_forward_rows``: scores, row softmax, aggregation; one ``xl[j]`` gather per edge."""
     row = d.hc * d.f
     D = d.edge_dim
     model = Model(
@@ -111,7 +107,7 @@ def k_forward(d, s=None):
         s.forward_kernel(s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT, s.edge_scale,
                          s.alpha, s.out)
 
-    return Kernel("forward", "fused forward (gatv2_forward)", model, run if s else None, edge=True)
+    return Kernel("forward", "fused forward (gatv2_forward_rows)", model, run if s else None, edge=True)
 
 
 def k_out_bias(d, s=None):
@@ -136,7 +132,7 @@ def k_check_grad(d, s=None):
 
 
 def k_target(d, s=None):
-    """Backward target pass ``gatv2_backward_target``: ``A_ij``, ``δ_ij``, ``P_i``, ∂a partials (and ∂u, ∂W_E
+    """Backward target pass ``gatv2_backward_target_blocks``: ``A_ij``, ``δ_ij``, ``P_i``, ∂a partials (and ∂u, ∂W_E
     partials); one ``xl[j]`` gather per edge."""
     row = d.hc * d.f
     edge = d.nnz * d.heads * d.f
@@ -175,7 +171,7 @@ def k_target(d, s=None):
 
 
 def k_source(d, s=None):
-    """Backward source pass ``gatv2_backward_source``: ``Q_j`` in source-major order; gathers ``xr[i]``,
+    """Backward source pass ``gatv2_backward_source_rows``: ``Q_j`` in source-major order; gathers ``xr[i]``,
     ``grad[i]``, ``alpha[e]``, ``delta[e]`` (and ``u[e]``) per edge, reads ``xl[j]`` in order."""
     row = d.hc * d.f
     erow = d.heads * d.f
@@ -254,7 +250,7 @@ def k_sparse_transpose(d, s=None):
 
 
 def k_sparse_weight_grads(d, s=None):
-    """``(x_t @ grad_l).T``, ``(x_t @ grad_r).T`` (``csr_dense_matmul2``), made contiguous, and the bias sums."""
+    """``(x_t @ grad_l).T``, ``(x_t @ grad_r).T`` (``csr_dense_matmul2_rows``), made contiguous, and the bias sums."""
     gb = d.n * d.hc * d.f
     wb = d.in_features * d.hc * d.f
     model = Model(
@@ -270,13 +266,13 @@ def k_sparse_weight_grads(d, s=None):
         g_l = np.empty((x_t.shape[0], d.hc), s.dtype)
         g_r = np.empty((x_t.shape[0], d.hc), s.dtype)
         empty = np.zeros(0, s.dtype)
-        csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, s.grad_xl, s.grad_xr, empty, empty, g_l, g_r)
+        sparse_matmul2(x_t, s.grad_xl, s.grad_xr, empty, empty, g_l, g_r)
         np.ascontiguousarray(g_l.T)
         np.ascontiguousarray(g_r.T)
         s.grad_xl.sum(axis=0)
         s.grad_xr.sum(axis=0)
 
-    return Kernel("sparse_weight_grads", "sparse x_tᵀ grad (csr_dense_matmul2) + bias sums", model,
+    return Kernel("sparse_weight_grads", "sparse x_tᵀ grad (csr_dense_matmul2_rows) + bias sums", model,
                   run if s else None)
 
 

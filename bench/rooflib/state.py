@@ -7,12 +7,9 @@ import numpy as np
 from gatfast import _runtime
 from gatfast.kernels import (
     ACTIVATIONS,
-    gatv2_backward_source,
-    gatv2_backward_source_serial,
-    gatv2_backward_target,
-    gatv2_backward_target_serial,
-    gatv2_forward,
-    gatv2_forward_serial,
+    gatv2_backward_source_rows,
+    gatv2_backward_target_blocks,
+    gatv2_forward_rows,
     num_att_blocks,
 )
 
@@ -28,9 +25,9 @@ def edge_weights(layer, params):
 class State:
     """Arrays from one forward + backward of a workload's layer, for calling each kernel on its own.
 
-    The parallel driver of each edge kernel, or its serial twin, is chosen
-    as the layer chooses it (``gatfast._runtime.use_parallel`` on edges x
-    heads x channels x (1 + D)).
+    Each edge kernel runs as the layer runs it: whole on the calling thread
+    or in row chunks on the thread pool (``gatfast._runtime.run_rows`` on
+    edges x heads x channels x (1 + D)).
     """
 
     def __init__(self, w, runner):
@@ -64,9 +61,14 @@ class State:
         work = g.nnz * H * C * (1 + dims if has_edge else 1)
         parallel = _runtime.use_parallel(work)
         self.parallel = parallel
-        self.forward_kernel = gatv2_forward if parallel else gatv2_forward_serial
-        self.target_kernel = gatv2_backward_target if parallel else gatv2_backward_target_serial
-        self.source_kernel = gatv2_backward_source if parallel else gatv2_backward_source_serial
+        blocks = num_att_blocks(n_dst)
+
+        def rows(kernel, count):
+            return lambda *args: _runtime.run_rows(kernel, count, args, work)
+
+        self.forward_kernel = rows(gatv2_forward_rows, n_dst)
+        self.target_kernel = rows(gatv2_backward_target_blocks, blocks)
+        self.source_kernel = rows(gatv2_backward_source_rows, n_src)
         self.indptr, self.indices = g.indptr, g.indices
         self.src_indptr, self.src_edges = g.source_order()
         self.src_targets = g.targets()[self.src_edges]

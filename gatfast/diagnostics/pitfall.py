@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import _runtime
+from .. import _paths, _runtime
 from .. import _validate as V
 from .._io import git_tracked_files
 from ..data import make_traffic_scenes, without_edge_features
@@ -253,7 +253,7 @@ def run_pitfall(
             f"out_dir {out_dir!r} holds {len(tracked)} file(s) tracked by git (published results): "
             "write elsewhere, or pass update_tracked=True (--update-tracked) to refresh them"
         )
-    if V.check_output_dir("out_dir", out_dir, create_parents=out_dir == DEFAULT_OUT) and not quiet:
+    if _paths.check_output_dir("out_dir", out_dir, create_parents=out_dir == DEFAULT_OUT) and not quiet:
         print(f"created the output directory {out_dir}")
     command = f"gatfast experiment pitfall --seeds {seeds}" + (" --quick" if quick else "")
     title = report_title(quick)

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 
 __all__ = [
     "ROWS_WARNING", "direction_is_ambiguous", "from_edge_index", "from_pyg_data", "from_scipy", "permute_edge_attr",
+    "source_major",
 ]
 
 
@@ -206,3 +207,13 @@ def permute_edge_attr(edge_attr, order, num_edges):
     if not np.issubdtype(arr.dtype, np.floating):
         arr = arr.astype(np.float64)
     return np.ascontiguousarray(arr[order])
+
+
+def source_major(indices, num_src):
+    """``(src_indptr, src_edges)``: the edge ids grouped by source, stably (read-only arrays)."""
+    edges = np.argsort(indices, kind="stable").astype(np.int64)
+    src_indptr = np.zeros(num_src + 1, dtype=np.int64)
+    np.cumsum(np.bincount(indices, minlength=num_src), out=src_indptr[1:])
+    edges.flags.writeable = False
+    src_indptr.flags.writeable = False
+    return src_indptr, edges

@@ -340,12 +340,7 @@ class CSRGraph:
         """
         cached = self._cache.get("source_order")
         if cached is None:
-            edges = np.argsort(self._indices, kind="stable").astype(np.int64)
-            src_indptr = np.zeros(self._num_src + 1, dtype=np.int64)
-            np.cumsum(np.bincount(self._indices, minlength=self._num_src), out=src_indptr[1:])
-            edges.flags.writeable = False
-            src_indptr.flags.writeable = False
-            cached = self._cache["source_order"] = (src_indptr, edges)
+            cached = self._cache["source_order"] = convert.source_major(self._indices, self._num_src)
         return cached
 
     def has_self_loops(self):

@@ -1,37 +1,48 @@
 """Numba kernels: pure functions on arrays, no classes, no I/O.
 
 Callers validate and convert; kernels assume contiguous arrays of one float
-dtype and int64 CSR arrays. Every parallel kernel has a ``*_serial`` twin
-that runs the same per-row code on the calling thread (the same bits).
+dtype and int64 CSR arrays. The heavy kernels work on a range of rows (or
+row blocks) and release the GIL; ``gatfast._runtime.run_rows`` calls them
+once over everything for small work, or over chunks on a thread pool. One
+compiled function serves both, so the bits are the same either way, and no
+OpenMP runtime is involved (``fork`` is safe, BLAS's threads are not starved).
 """
 
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
-from .backward import (
-    gatv2_backward_source,
-    gatv2_backward_source_serial,
-    gatv2_backward_target,
-    gatv2_backward_target_serial,
-    num_att_blocks,
-)
+from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
 from .edge_fill import FILL_CONST, FILL_MODES, fill_loop_attr, fill_loop_attr_backward
-from .forward import gatv2_forward, gatv2_forward_serial
-from .sparse import csr_dense_matmul, csr_dense_matmul2
+from .forward import gatv2_forward_rows
+from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
 
 __all__ = [
+    "readonly",
     "ACTIVATIONS",
     "FILL_CONST",
     "FILL_MODES",
     "LEAKY_RELU",
     "SOFTPLUS",
-    "csr_dense_matmul",
-    "csr_dense_matmul2",
+    "csr_dense_matmul2_rows",
+    "csr_dense_matmul_rows",
     "fill_loop_attr",
     "fill_loop_attr_backward",
-    "gatv2_backward_source",
-    "gatv2_backward_source_serial",
-    "gatv2_backward_target",
-    "gatv2_backward_target_serial",
-    "gatv2_forward",
-    "gatv2_forward_serial",
+    "gatv2_backward_source_rows",
+    "gatv2_backward_target_blocks",
+    "gatv2_forward_rows",
     "num_att_blocks",
 ]
+
+
+def readonly(arr):
+    """``arr`` as read-only (a view if it is writable).
+
+    Numba compiles a kernel once per combination of argument types, and a
+    read-only array is another type: arrays that may arrive either way (a
+    user's edge attributes, an upstream gradient) are always passed
+    read-only, so each kernel is compiled once per dtype, not once per
+    combination of flags (compilation dominates a first run).
+    """
+    if not arr.flags.writeable:
+        return arr
+    view = arr.view()
+    view.flags.writeable = False
+    return view

@@ -13,11 +13,11 @@ Arrays (one layer, ``H`` heads of ``C`` channels, ``n_dst`` target rows,
   (``m_ij / (1 - p)``); an empty array means no dropout.
 * outputs: ``alpha`` (E, H) softmax weights, ``out`` (n_dst, H, C) per head.
 
-Every row is computed by the same code whether rows run in parallel
-(:func:`gatv2_forward`) or one after the other (:func:`gatv2_forward_serial`,
-for work too small to be worth waking threads, and for forked children),
-each row writes only its own outputs and every sum runs in a fixed order,
-so the result is the same bits for any thread count and either driver.
+:func:`gatv2_forward_rows` computes the rows ``r0 .. r1 - 1`` and releases
+the GIL: ``gatfast._runtime.run_rows`` runs it once over all rows for small
+work, or over chunks of rows on a thread pool. Each row writes only its own
+outputs and every sum runs in a fixed order, so the result is the same bits
+for any thread count.
 Nothing of size E x C is ever allocated: ``z_ij`` is recomputed per edge.
 All arithmetic stays in the arrays' dtype.
 """
@@ -25,18 +25,17 @@ All arithmetic stays in the arrays' dtype.
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .activations import LEAKY_RELU, act
 from .edge import edge_z
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_score
 
-ROW_BLOCK = 256  # rows per parallel work item (each allocates its own small scratch)
 
-
-@njit(inline="always", cache=True)
-def _forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
+@njit(nogil=True, cache=True)
+def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
+    """Forward pass of the target rows ``r0 .. r1 - 1`` (see the module docstring)."""
     nnz = indices.size
     heads = att.shape[0]
     channels = att.shape[1]
@@ -107,19 +106,3 @@ def _forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edg
                         continue
                 for c in range(channels):
                     out[i, h, c] += a_ij * xl[j, h, c]
-
-
-@njit(parallel=True, cache=True)
-def gatv2_forward(indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
-    """Forward pass over all target rows, blocks of rows in parallel (see the module docstring)."""
-    n = indptr.size - 1
-    blocks = -(-n // ROW_BLOCK)
-    for b in prange(blocks):
-        _forward_rows(b * ROW_BLOCK, min(n, (b + 1) * ROW_BLOCK), indptr, indices, xl, xr, att, slope, kind, u,
-                      weT, edge_scale, alpha, out)
-
-
-@njit(cache=True)
-def gatv2_forward_serial(indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out):
-    """:func:`gatv2_forward` on the calling thread only (the same bits)."""
-    _forward_rows(0, indptr.size - 1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, alpha, out)

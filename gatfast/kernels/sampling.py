@@ -5,11 +5,12 @@ Without replacement, keyed: target ``t``'s picks depend only on the key and
 so a node's sampled neighbourhood is the same in any batch or shard, for any
 thread count. Picks are returned in CSR order. ``fanout < 0`` keeps every
 in-edge. The kernels release the GIL, so a background thread can sample the
-next batch while the current one trains.
+next batch while the current one trains, and ``pick_rows`` runs on chunks
+of targets in parallel (``gatfast._runtime.run_rows``).
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from .random import uniform_at
 
@@ -56,39 +57,24 @@ def _pick_row(indptr, t, fanout, key, out, start, chosen):
 
 
 @njit(nogil=True, cache=True)
-def _pick_rows(r0, r1, indptr, targets, fanout, key, ptr, edges):
+def pick_rows(r0, r1, indptr, targets, fanout, key, ptr, edges):
+    """Write target ``r``'s picks into ``edges[ptr[r]:ptr[r + 1]]`` for ``r0 <= r < r1``."""
     chosen = np.empty(max(fanout, 1), dtype=np.int64)
+    k = np.uint64(key)
     for r in range(r0, r1):
-        _pick_row(indptr, targets[r], fanout, key, edges, ptr[r], chosen)
-
-
-@njit(parallel=True, nogil=True, cache=True)
-def _pick_parallel(indptr, targets, fanout, key, ptr, edges):
-    n = targets.size
-    block = 256
-    for b in prange(-(-n // block)):
-        _pick_rows(b * block, min(n, (b + 1) * block), indptr, targets, fanout, key, ptr, edges)
+        _pick_row(indptr, targets[r], fanout, k, edges, ptr[r], chosen)
 
 
 @njit(nogil=True, cache=True)
-def sample_in_edges(indptr, targets, fanout, key, parallel):
-    """Edge ids (positions in the CSR order) of up to ``fanout`` in-edges per target.
-
-    Returns ``(ptr, edges)``: target ``r``'s picks are ``edges[ptr[r]:ptr[r + 1]]``.
-    """
+def pick_counts(indptr, targets, fanout):
+    """``ptr`` (len(targets) + 1,): where each target's picks start, from its degree and the fanout."""
     n = targets.size
     counts = np.empty(n, dtype=np.int64)
     _count(indptr, targets, fanout, counts)
     ptr = np.zeros(n + 1, dtype=np.int64)
     for r in range(n):
         ptr[r + 1] = ptr[r] + counts[r]
-    edges = np.empty(ptr[n], dtype=np.int64)
-    k = np.uint64(key)
-    if parallel:
-        _pick_parallel(indptr, targets, fanout, k, ptr, edges)
-    else:
-        _pick_rows(0, n, indptr, targets, fanout, k, ptr, edges)
-    return ptr, edges
+    return ptr
 
 
 @njit(nogil=True, cache=True)

@@ -1,26 +1,27 @@
 """Sparse (CSR) times dense products for sparse node features.
 
 Bag-of-words features such as Cora's are ~1% dense; multiplying them as
-sparse costs ``nnz(x) * width`` instead of ``n * F * width``. Rows run in
-parallel and each row sums its nonzeros in stored order, so the result is
-the same for any thread count (scipy's own product is single-threaded).
+sparse costs ``nnz(x) * width`` instead of ``n * F * width``. Each function
+computes the rows ``r0 .. r1 - 1`` and releases the GIL
+(``gatfast._runtime.run_rows`` runs chunks of rows on threads); each row
+sums its nonzeros in stored order, so the result is the same for any thread
+count (scipy's own product is single-threaded).
 """
 
-from numba import njit, prange
+from numba import njit
 
 
-@njit(parallel=True, cache=True)
-def csr_dense_matmul(indptr, indices, data, dense, bias, out):
-    """``out = A @ dense (+ bias)`` for ``A`` given by CSR arrays.
+@njit(nogil=True, cache=True)
+def csr_dense_matmul_rows(r0, r1, indptr, indices, data, dense, bias, out):
+    """Rows ``r0 .. r1 - 1`` of ``out = A @ dense (+ bias)`` for ``A`` given by CSR arrays.
 
     ``dense`` (k, m) and ``out`` (rows, m) are C-contiguous; ``bias`` has
-    shape (m,) or (0,) for none. ``out`` is overwritten.
+    shape (m,) or (0,) for none. ``out``'s rows are overwritten.
     """
-    rows = indptr.size - 1
     width = dense.shape[1]
     has_bias = bias.size > 0
     zero = out.dtype.type(0.0)
-    for i in prange(rows):
+    for i in range(r0, r1):
         for c in range(width):
             out[i, c] = zero
         for k in range(indptr[i], indptr[i + 1]):
@@ -33,18 +34,17 @@ def csr_dense_matmul(indptr, indices, data, dense, bias, out):
                 out[i, c] += bias[c]
 
 
-@njit(parallel=True, cache=True)
-def csr_dense_matmul2(indptr, indices, data, dense_a, dense_b, bias_a, bias_b, out_a, out_b):
-    """``out_a = A @ dense_a + bias_a`` and ``out_b = A @ dense_b + bias_b`` in one pass over ``A``.
+@njit(nogil=True, cache=True)
+def csr_dense_matmul2_rows(r0, r1, indptr, indices, data, dense_a, dense_b, bias_a, bias_b, out_a, out_b):
+    """Rows ``r0 .. r1 - 1`` of ``out_a = A @ dense_a + bias_a`` and ``out_b = A @ dense_b + bias_b``.
 
-    As :func:`csr_dense_matmul` for two right-hand sides (the source and the
-    target projections), reading the sparse matrix once.
+    As :func:`csr_dense_matmul_rows` for two right-hand sides (the source and
+    the target projections), reading the sparse matrix once.
     """
-    rows = indptr.size - 1
     width_a = dense_a.shape[1]
     width_b = dense_b.shape[1]
     zero = out_a.dtype.type(0.0)
-    for i in prange(rows):
+    for i in range(r0, r1):
         for c in range(width_a):
             out_a[i, c] = zero
         for c in range(width_b):

@@ -13,8 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.linalg import blas
 
-from .._runtime import run_chunks
-from ..kernels import csr_dense_matmul
+from .. import _runtime
+from ..kernels import csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
 
 __all__ = [
@@ -26,9 +26,13 @@ __all__ = [
     "linear_into",
     "matmul_add",
     "is_small",
+    "project_into",
+    "projections_into",
     "row_chunks",
     "small_projection_grads",
     "small_projections",
+    "sparse_matmul",
+    "sparse_matmul2",
     "weight_grad",
 ]
 
@@ -61,7 +65,7 @@ def is_small(rows, in_width, out_width):
 def small_projections(x, W_l, b_l, W_r, b_r, xl, xr):
     """Both projections of a small dense ``x`` in one call (see :data:`SMALL_PRODUCT`)."""
     empty = np.zeros(0, x.dtype)
-    project2(x, W_l, empty if b_l is None else b_l, W_r, empty if b_r is None else b_r, xl, xr)
+    project2(readonly(x), W_l, empty if b_l is None else b_l, W_r, empty if b_r is None else b_r, xl, xr)
 
 
 def small_projection_grads(x, g_l, g_r, W_l, W_r, with_bias, want_x):
@@ -71,7 +75,7 @@ def small_projection_grads(x, g_l, g_r, W_l, W_r, with_bias, want_x):
     width = W_l.shape[0] if with_bias else 0
     gb_l, gb_r = np.empty(width, dtype), np.empty(width, dtype)
     grad_x = np.empty(x.shape if want_x else (0, 0), dtype)
-    project2_backward(x, g_l, g_r, W_l, W_r, gW_l, gb_l, gW_r, gb_r, grad_x)
+    project2_backward(readonly(x), g_l, g_r, W_l, W_r, gW_l, gb_l, gW_r, gb_r, grad_x)
     return gW_l, gb_l if with_bias else None, gW_r, gb_r if with_bias else None, grad_x if want_x else None
 
 
@@ -95,7 +99,7 @@ def dense_projections(x, pairs):
             if b is not None:
                 out[start:stop] += b
 
-    run_chunks(task, row_chunks(x.shape[0]))
+    _runtime.run_chunks(task, row_chunks(x.shape[0]))
 
 
 def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
@@ -125,7 +129,7 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
     if len(chunks) == 1:  # the same operations as one chunk, without the thread pool
         results = [task(0, x.shape[0])]
     else:
-        results = run_chunks(task, chunks)
+        results = _runtime.run_chunks(task, chunks)
     out = []
     for side in range(2):
         for item in range(2):
@@ -141,16 +145,56 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
     return gW_l, gb_l, gW_r, gb_r
 
 
+def sparse_matmul(a, dense, bias, out):
+    """``out = a @ dense (+ bias)`` for a CSR ``a``, rows in chunks on threads (bias of size 0: none)."""
+    args = (a.indptr, a.indices, a.data, readonly(np.ascontiguousarray(dense)), bias, out)
+    _runtime.run_rows(csr_dense_matmul_rows, a.shape[0], args, a.nnz * dense.shape[1])
+
+
+def sparse_matmul2(a, dense_a, dense_b, bias_a, bias_b, out_a, out_b):
+    """``out_a = a @ dense_a + bias_a`` and ``out_b = a @ dense_b + bias_b`` in one pass over a CSR ``a``."""
+    args = (
+        a.indptr,
+        a.indices,
+        a.data,
+        readonly(np.ascontiguousarray(dense_a)),
+        readonly(np.ascontiguousarray(dense_b)),
+        bias_a,
+        bias_b,
+        out_a,
+        out_b,
+    )
+    _runtime.run_rows(csr_dense_matmul2_rows, a.shape[0], args, a.nnz * (dense_a.shape[1] + dense_b.shape[1]))
+
+
 def linear_into(x, W, b, out):
-    """``out[...] = x @ W.T + b``: BLAS for dense ``x``, a parallel CSR kernel for sparse ``x``."""
+    """``out[...] = x @ W.T + b``: BLAS for dense ``x``, the CSR kernel for sparse ``x``."""
     if sp.issparse(x):
-        bias = np.zeros(0, W.dtype) if b is None else b
-        csr_dense_matmul(x.indptr, x.indices, x.data, np.ascontiguousarray(W.T), bias, out)
+        sparse_matmul(x, W.T, np.zeros(0, W.dtype) if b is None else b, out)
         return out
     np.matmul(x, W.T, out=out)
     if b is not None:
         out += b
     return out
+
+
+def project_into(x, W, b, out):
+    """``out[...] = x @ W.T + b``: the CSR kernel in row chunks for sparse ``x``, row-chunked BLAS for dense."""
+    if sp.issparse(x):
+        linear_into(x, W, b, out)
+    else:
+        dense_projections(x, [(W, b, out)])
+
+
+def projections_into(x, W_l, b_l, W_r, b_r, out_l, out_r):
+    """Both projections of one input: one Numba call when tiny, one pass over sparse ``x``, else BLAS."""
+    dtype = out_l.dtype
+    if sp.issparse(x):
+        sparse_matmul2(x, W_l.T, W_r.T, bias_or_empty(b_l, dtype), bias_or_empty(b_r, dtype), out_l, out_r)
+    elif is_small(x.shape[0], x.shape[1], out_l.shape[1]):
+        small_projections(x, W_l, b_l, W_r, b_r, out_l, out_r)
+    else:
+        dense_projections(x, [(W_l, b_l, out_l), (W_r, b_r, out_r)])
 
 
 def matmul_add(a, b, c):
@@ -170,8 +214,6 @@ def weight_grad(grad, x, x_t=None):
     """``grad.T @ x`` (out, F); for sparse ``x`` as ``(x_t @ grad).T`` with ``x_t = x.T`` in CSR."""
     if x_t is not None:
         g = np.empty((x_t.shape[0], grad.shape[1]), grad.dtype)
-        csr_dense_matmul(
-            x_t.indptr, x_t.indices, x_t.data, np.ascontiguousarray(grad), np.zeros(0, grad.dtype), g
-        )
+        sparse_matmul(x_t, grad, np.zeros(0, grad.dtype), g)
         return np.ascontiguousarray(g.T)
     return grad.T @ x

@@ -10,15 +10,14 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
-import scipy.sparse as sp
 
 from .. import _runtime
 from .. import _validate as V
 from .._random import RandomKeys
-from ..kernels import ACTIVATIONS, csr_dense_matmul2
+from ..kernels import ACTIVATIONS
 from . import pyg
 from .cache import LayerCache
-from .dense import bias_or_empty, dense_projections, is_small, linear, linear_into, small_projections
+from .dense import linear, project_into, projections_into
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
@@ -42,14 +41,6 @@ def _in_features(value):
         return (f_src, f_dst), f_src, f_dst, True
     f = V.check_int(value, "in_features", 1)
     return f, f, f, False
-
-
-def _project_one(x, W, b, out):
-    """``out[...] = x @ W.T + b``: a parallel CSR kernel for sparse ``x``, row-chunked BLAS for dense."""
-    if sp.issparse(x):
-        linear_into(x, W, b, out)
-    else:
-        dense_projections(x, [(W, b, out)])
 
 
 class GATv2Layer:
@@ -298,7 +289,6 @@ class GATv2Layer:
             ``(cache.graph.nnz, heads)``) holds the attention in the CSR
             order of ``cache.graph``, the graph the attention ran on.
         """
-        _runtime.ensure_initialised()
         inputs = resolve_inputs(self, graph, x, edge_attr)
         self.params.check_shapes()  # finiteness: checked on the output, which any NaN parameter reaches
         if rng is not None and not isinstance(rng, (np.random.Generator, RandomKeys)):
@@ -318,20 +308,14 @@ class GATv2Layer:
         W_r, b_r = (W_l, b_l) if self.share_weights else (self.params["W_r"], self.params.get("b_r"))
         xl = ws.empty("xl", (n_src, H, C), dtype)
         if self.share_weights and inputs.relation == "same":
-            _project_one(x_src, W_l, b_l, xl.reshape(n_src, H * C))
+            project_into(x_src, W_l, b_l, xl.reshape(n_src, H * C))
             return xl, xl
         xr = ws.empty("xr", (n_dst, H, C), dtype)
-        if inputs.relation == "same" and not sp.issparse(x_src) and is_small(n_src, x_src.shape[1], H * C):
-            small_projections(x_src, W_l, b_l, W_r, b_r, xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
-        elif inputs.relation == "same" and sp.issparse(x_src):  # both projections in one pass over the features
-            csr_dense_matmul2(x_src.indptr, x_src.indices, x_src.data, np.ascontiguousarray(W_l.T),
-                              np.ascontiguousarray(W_r.T), bias_or_empty(b_l, dtype), bias_or_empty(b_r, dtype),
-                              xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
-        elif inputs.relation == "same":
-            dense_projections(x_src, [(W_l, b_l, xl.reshape(n_src, H * C)), (W_r, b_r, xr.reshape(n_dst, H * C))])
+        if inputs.relation == "same":
+            projections_into(x_src, W_l, b_l, W_r, b_r, xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
         else:
-            _project_one(x_src, W_l, b_l, xl.reshape(n_src, H * C))
-            _project_one(x_dst, W_r, b_r, xr.reshape(n_dst, H * C))
+            project_into(x_src, W_l, b_l, xl.reshape(n_src, H * C))
+            project_into(x_dst, W_r, b_r, xr.reshape(n_dst, H * C))
         return xl, xr
 
     def _forward(self, inputs, training, rng):
@@ -393,7 +377,6 @@ class GATv2Layer:
         cache.check_owner(self._token, self)
         V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
         grad_out = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
-        _runtime.ensure_initialised()
         work = cache.inputs.x_src.shape[0] * self.in_features_src
         with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
             grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)

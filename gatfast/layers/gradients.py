@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import csr_dense_matmul2
-from .dense import dense_backward, is_small, matmul_add, small_projection_grads, weight_grad
+from .dense import dense_backward, is_small, matmul_add, small_projection_grads, sparse_matmul2, weight_grad
 
 __all__ = ["input_side_grads"]
 
@@ -68,7 +67,7 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws):
     g_l = np.empty((x_t.shape[0], H * C), x.dtype)
     g_r = np.empty((x_t.shape[0], H * C), x.dtype)
     empty = np.zeros(0, x.dtype)
-    csr_dense_matmul2(x_t.indptr, x_t.indices, x_t.data, grad_xl, grad_xr, empty, empty, g_l, g_r)
+    sparse_matmul2(x_t, grad_xl, grad_xr, empty, empty, g_l, g_r)
     grads["W_l"], grads["W_r"] = np.ascontiguousarray(g_l.T), np.ascontiguousarray(g_r.T)
     grads["b_l"] = grad_xl.sum(axis=0) if bias else None
     grads["b_r"] = grad_xr.sum(axis=0) if bias else None

@@ -1,7 +1,7 @@
 """The attention part of a layer: the kernels' forward and backward passes.
 
-Chooses between each kernel's parallel driver and its serial twin (the same
-bits; see ``gatfast._runtime.use_parallel``), prepares the edge weights and
+Runs each kernel over all rows at once or in chunks on threads (the same
+bits; see ``gatfast._runtime.run_rows``), prepares the edge weights and
 the scratch arrays, and adds up the kernels' per-block partial sums in a
 fixed order.
 """
@@ -16,19 +16,23 @@ from .. import _runtime
 from .._random import RandomKeys
 from ..kernels import (
     ACTIVATIONS,
-    gatv2_backward_source,
-    gatv2_backward_source_serial,
-    gatv2_backward_target,
-    gatv2_backward_target_serial,
-    gatv2_forward,
-    gatv2_forward_serial,
+    gatv2_backward_source_rows,
+    gatv2_backward_target_blocks,
+    gatv2_forward_rows,
     num_att_blocks,
+    readonly,
 )
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_draws
 
-__all__ = ["KernelConstants", "attention_backward", "attention_dropout", "attention_forward", "kernel_constants"]
+__all__ = [
+    "KernelConstants",
+    "attention_backward",
+    "attention_dropout",
+    "attention_forward",
+    "kernel_constants",
+]
 
 
 class KernelConstants(NamedTuple):
@@ -49,7 +53,8 @@ def _read_only(arr):
 def kernel_constants(layer):
     """The :class:`KernelConstants` of ``layer``."""
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
-    return KernelConstants(dtype.type(layer.negative_slope), ACTIVATIONS[layer.attention_activation],
+    return KernelConstants(dtype.type(layer.negative_slope), ACTIVATIONS[layer.attention_activation],  # read-only,
+                           # like every array of this kind the kernels get (see kernels.readonly)
                            _read_only(np.zeros((0, layer.edge_dim or 1), dtype)),
                            _read_only(np.zeros((0, H), dtype)), _read_only(np.zeros((H, 1, C), dtype)))
 
@@ -88,10 +93,10 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
     alpha = ws.empty("alpha", (g.nnz, H), dtype)
     per_head = ws.empty("out", (g.num_dst, H, C), dtype)
-    kernel = gatv2_forward if _runtime.use_parallel(_work(g, layer, u)) else gatv2_forward_serial
     k = layer.constants
-    kernel(g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind, u, _edge_weights(layer, params), edge_scale,
-           alpha, per_head)
+    args = (g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind, readonly(u),
+            readonly(_edge_weights(layer, params)), readonly(edge_scale), alpha, per_head)
+    _runtime.run_rows(gatv2_forward_rows, g.num_dst, args, _work(g, layer, u))
     return alpha, per_head
 
 
@@ -114,7 +119,9 @@ def attention_backward(layer, cache, grad_out, pairwise, ws):
         grads["bias"] = grad_out.sum(axis=0)
 
     kind, slope = layer.constants.kind, layer.constants.slope
-    weT = _edge_weights(layer, params)
+    weT = readonly(_edge_weights(layer, params))
+    u = readonly(u)
+    g_heads = readonly(g_heads)
     blocks = num_att_blocks(n_dst)
     upstream = ws.empty("upstream", (g.nnz, H), dtype)
     delta = ws.empty("delta", (g.nnz, H), dtype)
@@ -122,15 +129,15 @@ def attention_backward(layer, cache, grad_out, pairwise, ws):
     att_part = ws.empty("att_part", (blocks, H, C), dtype)
     we_part = ws.empty("we_part", (blocks, H, dims, C), dtype) if has_edge else np.empty((0, H, dims, C), dtype)
     grad_u = ws.empty("grad_u", (g.nnz, dims), dtype) if has_edge else np.empty((0, dims), dtype)
-    parallel = _runtime.use_parallel(_work(g, layer, u))
-    target = gatv2_backward_target if parallel else gatv2_backward_target_serial
-    target(g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind, u, weT, cache.edge_scale,
-           cache.alpha, g_heads, pairwise, upstream, delta, p_term, att_part, we_part, grad_u)
+    work = _work(g, layer, u)
+    _runtime.run_rows(gatv2_backward_target_blocks, blocks, (
+        g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind, u, weT, cache.edge_scale, cache.alpha,
+        g_heads, pairwise, upstream, delta, p_term, att_part, we_part, grad_u), work)
     src_indptr, src_edges = g.source_order()
     q_term = ws.empty("q_term", (n_src, H, C), dtype)
-    source = gatv2_backward_source if parallel else gatv2_backward_source_serial
-    source(src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, u, weT,
-           cache.edge_scale, cache.alpha, delta, g_heads, q_term)
+    _runtime.run_rows(gatv2_backward_source_rows, n_src, (
+        src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, u, weT,
+        cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     grads["att"] = att_part.sum(axis=0)
     if layer.edge_dim is not None:
         if has_edge:

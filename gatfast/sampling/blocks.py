@@ -10,7 +10,7 @@ from .. import _runtime
 from .. import _validate as V
 from .._random import SAMPLE, GraphIds
 from ..graph import CSRGraph
-from ..kernels.sampling import relabel, sample_in_edges
+from ..kernels.sampling import pick_counts, pick_rows, relabel
 
 __all__ = ["Block", "SampledBatch", "check_fanouts", "check_seeds", "keyed_permutation", "sample_blocks"]
 
@@ -161,8 +161,11 @@ def sample_blocks(graph, seeds, fanouts, keys, local=None):
     blocks = []
     for layer in range(len(fanouts) - 1, -1, -1):
         key = np.uint64(keys.child(SAMPLE, layer).key)
-        parallel = _runtime.use_parallel(targets.size * max(fanouts[layer], 1) * 64)
-        ptr, edges = sample_in_edges(graph.indptr, targets, fanouts[layer], key, parallel)
+        ptr = pick_counts(graph.indptr, targets, fanouts[layer])
+        edges = np.empty(ptr[-1], dtype=np.int64)
+        # ~64 operations per picked edge: chunks of targets on threads when that is worth it
+        _runtime.run_rows(pick_rows, targets.size, (graph.indptr, targets, fanouts[layer], key, ptr, edges),
+                          int(ptr[-1]) * 64)
         src_ids, local_indices = relabel(targets, graph.indices[edges], local)
         block = CSRGraph(ptr, local_indices, targets.size, src_ids.size)
         blocks.append(Block(block, src_ids, edges))

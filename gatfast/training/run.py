@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from .. import _runtime
+from .. import _paths, _runtime
 from .. import _validate as V
 from .._io import atomic_write_text
 from .._signals import deferred_interrupts
@@ -162,7 +162,7 @@ def _write_outputs(result, ds, source, config):
 
 
 def check_outputs(config, dataset):
-    """Check ``config``'s output paths before a run (see :func:`gatfast._validate.check_output_paths`).
+    """Check ``config``'s output paths before a run (see :func:`gatfast._paths.check_output_paths`).
 
     Returns the base path of the ``diagnose`` files (None without
     ``diagnose``). Without ``save`` they go to the documented default
@@ -178,9 +178,9 @@ def check_outputs(config, dataset):
             base = os.path.splitext(config.save)[0]
         else:
             base = os.path.join("runs", "diagnose")
-            V.check_output_dir("diagnose", "runs", create_parents=True)
+            _paths.check_output_dir("diagnose", "runs", create_parents=True)
         outputs += [("diagnose (CSV)", base + "_diagnostics.csv"), ("diagnose (plot)", base + "_diagnostics.png")]
-    V.check_output_paths(outputs, inputs)
+    _paths.check_output_paths(outputs, inputs)
     return base
 
 
