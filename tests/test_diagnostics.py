@@ -23,7 +23,7 @@ from gatfast.diagnostics import (
     theta_r_flow,
     theta_r_flow_from_cache,
 )
-from gatfast.kernels import ACTIVATIONS, gatv2_forward_rows
+from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
 
 EPS = 1e-4  # no regime flips: make_case keeps |z| > 1e-3
 DEAD = 1e-10  # |Δout| / (2 eps) below this: no change (rounding gives ~1e-12)
@@ -74,11 +74,11 @@ def kernel_attention_changed(layer, cache):
     kind = ACTIVATIONS[layer.attention_activation]
     slope = np.float64(layer.negative_slope)
     empty = np.zeros((0, H))
-    u = cache.inputs.u
     if layer.edge_dim is None:
-        weT = np.zeros((H, 1, C))
+        kernel, edge = gatv2_forward_rows, ()
     else:
         weT = np.ascontiguousarray(cache.params["W_e"].reshape(H, C, layer.edge_dim).transpose(0, 2, 1))
+        kernel, edge = gatv2_forward_edge_rows, (cache.inputs.u, weT)
     ratio = np.zeros((n, H, C))
     for h in range(H):
         for d in range(C):
@@ -88,8 +88,8 @@ def kernel_attention_changed(layer, cache):
                 xr[:, h, d] += sign * EPS
                 alpha = np.empty((g.nnz, H))
                 out = np.empty((n, H, C))
-                gatv2_forward_rows(0, n, g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind,
-                                   u, weT, empty, alpha, out)
+                kernel(0, n, g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind, *edge,
+                       empty, alpha, out)
                 outs.append(out[:, h, :])
             ratio[:, h, d] = np.abs(outs[0] - outs[1]).max(axis=1) / (2 * EPS)
     ambiguous = (ratio > DEAD) & (ratio < LIVE)

@@ -104,8 +104,7 @@ def k_forward(d, s=None):
     )
 
     def run():
-        s.forward_kernel(s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT, s.edge_scale,
-                         s.alpha, s.out)
+        s.run_forward()
 
     return Kernel("forward", "fused forward (gatv2_forward_rows)", model, run if s else None, edge=True)
 
@@ -162,10 +161,7 @@ def k_target(d, s=None):
     )
 
     def run():
-        s.target_kernel(
-            s.indptr, s.indices, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT, s.edge_scale, s.alpha, s.g_heads,
-            d.theta_r == "pairwise", s.upstream, s.delta, s.p_term, s.att_part, s.we_part, s.grad_u,
-        )
+        s.run_target()
 
     return Kernel("target", "backward target pass", model, run if s else None, edge=True)
 
@@ -192,10 +188,7 @@ def k_source(d, s=None):
     )
 
     def run():
-        s.source_kernel(
-            s.src_indptr, s.src_edges, s.src_targets, s.xl, s.xr, s.att, s.slope, s.kind, s.u, s.weT,
-            s.edge_scale, s.alpha, s.delta, s.g_heads, s.q_term,
-        )
+        s.run_source()
 
     return Kernel("source", "backward source pass", model, run if s else None, edge=True)
 

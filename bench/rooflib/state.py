@@ -7,9 +7,13 @@ import numpy as np
 from gatfast import _runtime
 from gatfast.kernels import (
     ACTIVATIONS,
+    gatv2_backward_source_edge_rows,
     gatv2_backward_source_rows,
     gatv2_backward_target_blocks,
+    gatv2_backward_target_edge_blocks,
+    gatv2_forward_edge_rows,
     gatv2_forward_rows,
+    gatv2_pairwise_theta_r_rows,
     num_att_blocks,
 )
 
@@ -59,16 +63,10 @@ class State:
         dims = self.u.shape[1]
         has_edge = self.u.shape[0] > 0
         work = g.nnz * H * C * (1 + dims if has_edge else 1)
-        parallel = _runtime.use_parallel(work)
-        self.parallel = parallel
-        blocks = num_att_blocks(n_dst)
-
-        def rows(kernel, count):
-            return lambda *args: _runtime.run_rows(kernel, count, args, work)
-
-        self.forward_kernel = rows(gatv2_forward_rows, n_dst)
-        self.target_kernel = rows(gatv2_backward_target_blocks, blocks)
-        self.source_kernel = rows(gatv2_backward_source_rows, n_src)
+        self.parallel = _runtime.use_parallel(work)
+        self.work = work
+        self.edge_features = layer.edge_dim is not None
+        self.pairwise = w.theta_r == "pairwise"
         self.indptr, self.indices = g.indptr, g.indices
         self.src_indptr, self.src_edges = g.source_order()
         self.src_targets = g.targets()[self.src_edges]
@@ -88,21 +86,54 @@ class State:
         self.p_term = np.empty((n_dst, H, C), self.dtype)
         self.q_term = np.empty((n_src, H, C), self.dtype)
         self.att_part = np.empty((blocks, H, C), self.dtype)
-        self.we_part = np.empty((blocks if has_edge else 0, H, dims, C), self.dtype)
-        self.grad_u = np.empty((nnz if has_edge else 0, dims), self.dtype)
+        self.we_part = np.empty((blocks, H, dims, C), self.dtype)
+        self.grad_u = np.empty((nnz, dims), self.dtype)
         sparse = self.x_sparse
         self.grad_x_src = None if sparse else np.empty(self.x_src.shape, self.dtype)
         self.grad_x_dst = np.empty(self.x_dst.shape, self.dtype) if self.bipartite else None
         self.x_t = self.x_src.T.tocsr() if sparse else None
         # real gradients of the projections for the dense products
-        self.target_kernel(self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind, self.u,
-                           self.weT, self.edge_scale, self.alpha, self.g_heads, w.theta_r == "pairwise",
-                           self.upstream, self.delta, self.p_term, self.att_part, self.we_part, self.grad_u)
-        self.source_kernel(self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att,
-                           self.slope, self.kind, self.u, self.weT, self.edge_scale, self.alpha, self.delta,
-                           self.g_heads, self.q_term)
+        self.run_target()
+        self.run_source()
         self.grad_xl = self.q_term.reshape(n_src, H * C)
         self.grad_xr = self.p_term.reshape(n_dst, H * C)
+
+    def _rows(self, kernel, count, *args):
+        _runtime.run_rows(kernel, count, args, self.work)
+
+    def run_forward(self):
+        """The forward kernel, as ``layers/passes.py`` runs it."""
+        head = (self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind)
+        tail = (self.edge_scale, self.alpha, self.out)
+        if self.edge_features:
+            self._rows(gatv2_forward_edge_rows, len(self.indptr) - 1, *head, self.u, self.weT, *tail)
+        else:
+            self._rows(gatv2_forward_rows, len(self.indptr) - 1, *head, *tail)
+
+    def run_target(self):
+        """The backward target pass (and the pairwise Θ_R kernel when the workload asks for it)."""
+        n_dst = len(self.indptr) - 1
+        head = (self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind)
+        common = (self.edge_scale, self.alpha, self.g_heads, self.upstream, self.delta, self.p_term, self.att_part)
+        blocks = self.att_part.shape[0]
+        if self.edge_features:
+            self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.u, self.weT, *common, self.we_part,
+                       self.grad_u)
+        else:
+            self._rows(gatv2_backward_target_blocks, blocks, *head, *common)
+        if self.pairwise:
+            self._rows(gatv2_pairwise_theta_r_rows, n_dst, *head, self.u, self.weT, self.alpha, self.upstream,
+                       self.p_term)
+
+    def run_source(self):
+        """The backward source pass."""
+        head = (self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att, self.slope, self.kind)
+        tail = (self.edge_scale, self.alpha, self.delta, self.g_heads, self.q_term)
+        n_src = len(self.src_indptr) - 1
+        if self.edge_features:
+            self._rows(gatv2_backward_source_edge_rows, n_src, *head, self.u, self.weT, *tail)
+        else:
+            self._rows(gatv2_backward_source_rows, n_src, *head, *tail)
 
     @property
     def x(self):

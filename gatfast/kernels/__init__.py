@@ -10,8 +10,10 @@ OpenMP runtime is involved (``fork`` is safe, BLAS's threads are not starved).
 
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
 from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
+from .backward_edge import gatv2_backward_source_edge_rows, gatv2_backward_target_edge_blocks
 from .edge_fill import FILL_CONST, FILL_MODES, fill_loop_attr, fill_loop_attr_backward
-from .forward import gatv2_forward_rows
+from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
+from .pairwise import gatv2_pairwise_theta_r_rows
 from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
 
 __all__ = [
@@ -25,9 +27,13 @@ __all__ = [
     "csr_dense_matmul_rows",
     "fill_loop_attr",
     "fill_loop_attr_backward",
+    "gatv2_backward_source_edge_rows",
     "gatv2_backward_source_rows",
     "gatv2_backward_target_blocks",
+    "gatv2_backward_target_edge_blocks",
+    "gatv2_forward_edge_rows",
     "gatv2_forward_rows",
+    "gatv2_pairwise_theta_r_rows",
     "num_att_blocks",
 ]
 

@@ -16,9 +16,13 @@ from .. import _runtime
 from .._random import RandomKeys
 from ..kernels import (
     ACTIVATIONS,
+    gatv2_backward_source_edge_rows,
     gatv2_backward_source_rows,
     gatv2_backward_target_blocks,
+    gatv2_backward_target_edge_blocks,
+    gatv2_forward_edge_rows,
     gatv2_forward_rows,
+    gatv2_pairwise_theta_r_rows,
     num_att_blocks,
     readonly,
 )
@@ -94,9 +98,13 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
     alpha = ws.empty("alpha", (g.nnz, H), dtype)
     per_head = ws.empty("out", (g.num_dst, H, C), dtype)
     k = layer.constants
-    args = (g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind, readonly(u),
-            readonly(_edge_weights(layer, params)), readonly(edge_scale), alpha, per_head)
-    _runtime.run_rows(gatv2_forward_rows, g.num_dst, args, _work(g, layer, u))
+    head = (g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind)
+    tail = (readonly(edge_scale), alpha, per_head)
+    if layer.edge_dim is None:
+        _runtime.run_rows(gatv2_forward_rows, g.num_dst, head + tail, _work(g, layer, u))
+    else:
+        edge = (readonly(u), readonly(_edge_weights(layer, params)))
+        _runtime.run_rows(gatv2_forward_edge_rows, g.num_dst, head + edge + tail, _work(g, layer, u))
     return alpha, per_head
 
 
@@ -108,7 +116,6 @@ def attention_backward(layer, cache, grad_out, pairwise, ws):
     params = cache.params
     u = cache.inputs.u
     dims = u.shape[1]
-    has_edge = u.shape[0] > 0
     grads = {}
     if layer.concat:
         g_heads = grad_out.reshape(n_dst, H, C)
@@ -127,24 +134,28 @@ def attention_backward(layer, cache, grad_out, pairwise, ws):
     delta = ws.empty("delta", (g.nnz, H), dtype)
     p_term = ws.empty("p_term", (n_dst, H, C), dtype)
     att_part = ws.empty("att_part", (blocks, H, C), dtype)
-    we_part = ws.empty("we_part", (blocks, H, dims, C), dtype) if has_edge else np.empty((0, H, dims, C), dtype)
-    grad_u = ws.empty("grad_u", (g.nnz, dims), dtype) if has_edge else np.empty((0, dims), dtype)
     work = _work(g, layer, u)
-    _runtime.run_rows(gatv2_backward_target_blocks, blocks, (
-        g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind, u, weT, cache.edge_scale, cache.alpha,
-        g_heads, pairwise, upstream, delta, p_term, att_part, we_part, grad_u), work)
     src_indptr, src_edges = g.source_order()
     q_term = ws.empty("q_term", (n_src, H, C), dtype)
-    _runtime.run_rows(gatv2_backward_source_rows, n_src, (
-        src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, u, weT,
-        cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+    head = (g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind)
+    source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind)
+    if layer.edge_dim is None:
+        _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + (
+            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part), work)
+        _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head + (
+            cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+    else:
+        we_part = ws.empty("we_part", (blocks, H, dims, C), dtype)  # every block zeroes its own
+        grad_u = ws.empty("grad_u", (g.nnz, dims), dtype)
+        _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + (
+            u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u), work)
+        _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
+            u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+    if pairwise:  # the paper's form replaces the O(N) P_i the target pass wrote
+        _runtime.run_rows(gatv2_pairwise_theta_r_rows, n_dst, head + (u, weT, cache.alpha, upstream, p_term), work)
     grads["att"] = att_part.sum(axis=0)
     if layer.edge_dim is not None:
-        if has_edge:
-            we = we_part.sum(axis=0)
-        else:  # no edge at all: the kernels never touched the edge arrays
-            we = np.zeros((H, dims, C), dtype)
-            grad_u = np.zeros((g.nnz, dims), dtype)
+        we = we_part.sum(axis=0)
         grads["W_e"] = np.ascontiguousarray(we.transpose(0, 2, 1).reshape(H * C, dims))
         grads["edge_attr"] = edge_attr_grad(layer, cache.inputs, grad_u)
 

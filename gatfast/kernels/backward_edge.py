@@ -1,0 +1,160 @@
+"""The backward passes of ``backward.py`` with edge features.
+
+``z_ij`` gains the edge term ``W_E u_ij`` (formed by ``edge.py``), and the
+target pass also writes ``∂L/∂u_ij = W_Eᵀ q_ij`` per edge and the per-block
+partial sums of ``∂L/∂W_E = Σ q_ij ⊗ u_ij``, where ``q_ij = ∂L/∂z_ij =
+δ_ij a ⊙ s_ij``. Separate functions from the passes without edge features,
+so a run compiles only the kernels it uses; the shared steps
+(``upstream_delta``, ``prefetch_source_edge``) are the same functions.
+"""
+
+import numpy as np
+from numba import njit
+
+from .activations import LEAKY_RELU, act, act_slope
+from .backward import prefetch_source_edge, upstream_delta
+from .edge import edge_z
+from .prefetch import PREFETCH_DISTANCE, prefetch_row
+from .simd import dot3
+
+
+@njit(nogil=True, cache=True)
+def gatv2_backward_target_edge_blocks(
+    b0,
+    b1,
+    indptr,
+    indices,
+    xl,
+    xr,
+    att,
+    slope,
+    kind,
+    u,
+    weT,
+    edge_scale,
+    alpha,
+    grad,
+    upstream,
+    delta,
+    p_out,
+    att_part,
+    we_part,
+    grad_u,
+):
+    """``gatv2_backward_target_blocks`` with edge features.
+
+    Also writes ``we_part`` (B, H, D, C), the blocks' ``Σ q_ij ⊗ u_ij``, and
+    ``grad_u`` (E, D) = ``W_Eᵀ q_ij``.
+    """
+    n = indptr.size - 1
+    block = -(-n // att_part.shape[0]) if n > 0 else 1
+    heads = att.shape[0]
+    channels = att.shape[1]
+    dims = u.shape[1]
+    zero = xl.dtype.type(0.0)
+    one = xl.dtype.type(1.0)
+    leaky = kind == LEAKY_RELU
+    zb = np.empty((1, heads, channels), dtype=xl.dtype)
+    qb = np.empty((1, heads, channels), dtype=xl.dtype)
+    sb = np.empty((1, heads, channels), dtype=xl.dtype)
+    for b in range(b0, b1):
+        for h in range(heads):
+            for c in range(channels):
+                att_part[b, h, c] = zero
+            for d in range(dims):
+                for c in range(channels):
+                    we_part[b, h, d, c] = zero
+        for i in range(b * block, min(n, (b + 1) * block)):
+            start = indptr[i]
+            end = indptr[i + 1]
+            for h in range(heads):
+                for c in range(channels):
+                    p_out[i, h, c] = zero
+            upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
+            for e in range(start, end):
+                edge_z(zb, xr, i, xl, indices[e], u, weT, e)
+                for h in range(heads):
+                    dl = delta[e, h]
+                    if leaky:  # branch-free, so the channel loop vectorises
+                        for c in range(channels):
+                            z = zb[0, h, c]
+                            pos = z > zero
+                            sb[0, h, c] = one if pos else slope
+                            att_part[b, h, c] += dl * (z if pos else slope * z)
+                    else:
+                        for c in range(channels):
+                            z = zb[0, h, c]
+                            sb[0, h, c] = act_slope(z, kind, slope)
+                            att_part[b, h, c] += dl * act(z, kind, slope)
+                    for c in range(channels):
+                        qb[0, h, c] = dl * att[h, c] * sb[0, h, c]  # q_ij = ∂L/∂z_ij
+                        p_out[i, h, c] += dl * sb[0, h, c]
+                for d in range(dims):
+                    g = zero
+                    for h in range(heads):
+                        g += dot3(weT, h, d, qb, 0, h)
+                    grad_u[e, d] = g
+                    ud = u[e, d]
+                    for h in range(heads):
+                        for c in range(channels):
+                            we_part[b, h, d, c] += qb[0, h, c] * ud
+            for h in range(heads):
+                for c in range(channels):
+                    p_out[i, h, c] *= att[h, c]
+
+
+@njit(nogil=True, cache=True)
+def gatv2_backward_source_edge_rows(
+    j0,
+    j1,
+    src_indptr,
+    src_edges,
+    src_targets,
+    xl,
+    xr,
+    att,
+    slope,
+    kind,
+    u,
+    weT,
+    edge_scale,
+    alpha,
+    delta,
+    grad,
+    q_out,
+):
+    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too)."""
+    heads = att.shape[0]
+    channels = att.shape[1]
+    row_bytes = heads * channels * xl.itemsize
+    attr_bytes = u.shape[1] * u.itemsize
+    dropout = edge_scale.shape[0] > 0
+    zero = xl.dtype.type(0.0)
+    one = xl.dtype.type(1.0)
+    leaky = kind == LEAKY_RELU
+    zb = np.empty((1, heads, channels), dtype=xl.dtype)
+    for j in range(j0, j1):
+        for h in range(heads):
+            for c in range(channels):
+                q_out[j, h, c] = zero
+        for p in range(src_indptr[j], src_indptr[j + 1]):
+            prefetch_source_edge(p, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes)
+            if p + PREFETCH_DISTANCE < src_edges.size:
+                prefetch_row(u, src_edges[p + PREFETCH_DISTANCE], attr_bytes)
+            e = src_edges[p]
+            i = src_targets[p]
+            edge_z(zb, xr, i, xl, j, u, weT, e)
+            for h in range(heads):
+                dl = delta[e, h]
+                w = alpha[e, h]
+                if dropout:
+                    w = w * edge_scale[e, h]
+                if leaky:  # branch-free
+                    for c in range(channels):
+                        s = one if zb[0, h, c] > zero else slope
+                        q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
+                else:
+                    for c in range(channels):
+                        q_out[j, h, c] += (
+                            dl * att[h, c] * act_slope(zb[0, h, c], kind, slope) + w * grad[i, h, c]
+                        )
