@@ -31,8 +31,8 @@ def big_graph(seed=0):
     return CSRGraph.from_edge_index(np.stack([src, dst]), N_NODES)
 
 
-def run(layer, graph, x, grad_out, training):
-    out, cache = layer.forward(graph, x, training=training, rng=np.random.default_rng(1))
+def run(layer, graph, x, grad_out, training, edge_attr=None):
+    out, cache = layer.forward(graph, x, edge_attr, training=training, rng=np.random.default_rng(1))
     result = {"out": out, "alpha": cache.alpha}
     for theta_r in ("linear", "pairwise"):
         for name, grad in layer.backward(cache, grad_out, theta_r=theta_r).items():
@@ -54,20 +54,24 @@ def restore_threads():
         (np.float32, dict(heads=3, concat=True)),
         (np.float64, dict(heads=2, concat=False, residual=True, dropout=0.2)),
         (np.float32, dict(heads=2, attention_activation="softplus", root_weight="theta_r")),
+        (np.float32, dict(heads=2, edge_dim=3, out_features=17, dropout=0.1)),
+        (np.float64, dict(heads=1, edge_dim=1, out_features=33, concat=False)),
     ],
 )
 def test_same_bits_for_one_and_two_threads(restore_threads, dtype, kw):
     graph = big_graph()
     rng = np.random.default_rng(2)
-    layer = GATv2Layer(8, 4, dtype=dtype, seed=3, **kw)
+    kw = dict(kw)
+    layer = GATv2Layer(8, kw.pop("out_features", 4), dtype=dtype, seed=3, **kw)
     x = rng.standard_normal((N_NODES, 8)).astype(dtype)
+    attr = None if layer.edge_dim is None else rng.standard_normal((graph.nnz, layer.edge_dim)).astype(dtype)
     grad_out = rng.standard_normal((N_NODES, layer.out_dim)).astype(dtype)
     training = layer.dropout > 0
     results = {}
     for threads in (1, 2):
         numba.set_num_threads(threads)
         assert numba.get_num_threads() == threads
-        results[threads] = run(layer, graph, x, grad_out, training)
+        results[threads] = run(layer, graph, x, grad_out, training, attr)
     one, two = results[1], results[2]
     assert set(one) == set(two)
     for name in one:

@@ -108,6 +108,36 @@ def test_gradients_match_finite_differences(cfg):
             assert err < FD_TOL, f"{theta_r} {name}: relative error {err:.2e}"
 
 
+#: Channel widths that exercise every path of the 8-lane SIMD sums: no full vector,
+#: whole vectors, whole vectors plus a tail.
+WIDTHS = [1, 7, 8, 9, 16, 17, 33]
+
+
+@pytest.mark.parametrize("channels", WIDTHS)
+@pytest.mark.parametrize("activation", ["leaky_relu", "softplus"])
+def test_finite_differences_at_every_simd_width(channels, activation):
+    rng = np.random.default_rng(channels)
+    graph = naive.mixed_graph(rng, n=10, hub_degree=6)
+    layer = make_layer(
+        seed=channels,
+        in_features=3,
+        out_features=channels,
+        heads=2,
+        concat=channels % 2 == 1,
+        attention_activation=activation,
+    )
+    x = rng.standard_normal((graph.num_nodes, 3))
+    out, cache = layer.forward(graph, x)
+    R = rng.standard_normal(out.shape)
+    fd = finite_differences(layer, graph, x, R)
+    for theta_r in ("linear", "pairwise"):
+        grads = layer.backward(cache, R, theta_r=theta_r)
+        for name, want in fd.items():
+            assert np.linalg.norm(want) > 0, f"{name}: degenerate check, zero gradient"
+            err = naive.rel_err(grads[name], want)
+            assert err < FD_TOL, f"{theta_r} {name}: relative error {err:.2e}"
+
+
 def test_dropout_gradients_match_finite_differences():
     rng = np.random.default_rng(11)
     graph = naive.mixed_graph(rng)
