@@ -38,7 +38,7 @@ def num_att_blocks(num_rows, block=ATT_BLOCK):
     return max(1, -(-num_rows // block))
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta):
     """Row ``i``: ``upstream[e]`` = ``A_ij`` (times the dropout mask), ``delta[e]`` = ``α_ij (A_ij - Ā_i)``.
 
@@ -124,7 +124,7 @@ def gatv2_backward_target_blocks(
                     p_out[i, h, c] *= att[h, c]
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def prefetch_source_edge(p, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes):
     """Prefetch the scattered rows the source pass reads for the edge ``PREFETCH_DISTANCE`` positions ahead."""
     if p + PREFETCH_DISTANCE < src_edges.size:

@@ -13,7 +13,7 @@ head), so the inner loops run over contiguous channels.
 from numba import njit
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def edge_z(zb, xr, i, xl, j, u, weT, e):
     """Write ``z_ij`` of every head into ``zb[0]`` (shape ``(1, H, C)``)."""
     heads = zb.shape[1]

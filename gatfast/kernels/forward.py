@@ -93,7 +93,7 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
         _softmax_aggregate(i, start, end, indices, xl, edge_scale, alpha, out)
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _softmax_aggregate(i, start, end, indices, xl, edge_scale, alpha, out):
     """Row ``i``: the scores in ``alpha[start:end]`` become softmax weights; ``out[i]`` their aggregation."""
     heads = out.shape[1]

@@ -15,7 +15,7 @@ from .. import _runtime
 from .. import _validate as V
 from .._random import RandomKeys
 from ..kernels import ACTIVATIONS
-from . import pyg
+from . import pyg, small
 from .cache import LayerCache
 from .dense import linear, project_into, projections_into
 from .init import glorot, uniform_bias
@@ -289,6 +289,11 @@ class GATv2Layer:
             ``(cache.graph.nnz, heads)``) holds the attention in the CSR
             order of ``cache.graph``, the graph the attention ran on.
         """
+        if rng is None or isinstance(rng, (np.random.Generator, RandomKeys)):
+            with _runtime.compile_notice(("small_forward", self.dtype.char)):
+                fast = small.forward(self, graph, x, edge_attr, training)
+            if fast is not None:
+                return fast
         inputs = resolve_inputs(self, graph, x, edge_attr)
         self.params.check_shapes()  # finiteness: checked on the output, which any NaN parameter reaches
         if rng is not None and not isinstance(rng, (np.random.Generator, RandomKeys)):
@@ -377,8 +382,11 @@ class GATv2Layer:
         cache.check_owner(self._token, self)
         V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
         grad_out = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
-        work = cache.inputs.x_src.shape[0] * self.in_features_src
-        with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
-            grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)
+        with _runtime.compile_notice(("small_backward", self.dtype.char)):
+            grads = small.backward(self, cache, grad_out, theta_r == "pairwise")
+        if grads is None:
+            work = cache.inputs.x_src.shape[0] * self.in_features_src
+            with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
+                grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
         return {k: grads[k] for k in keys}

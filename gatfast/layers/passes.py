@@ -47,6 +47,7 @@ class KernelConstants(NamedTuple):
     no_edges: np.ndarray  # (0, D): no edge attributes
     no_dropout: np.ndarray  # (0, H): no dropout multipliers
     no_edge_weights: np.ndarray  # (H, 1, C) zeros, for layers without edge features
+    no_bias: np.ndarray  # (0,): an absent bias (writable like the parameters, so kernels see one type)
 
 
 def _read_only(arr):
@@ -60,7 +61,8 @@ def kernel_constants(layer):
     return KernelConstants(dtype.type(layer.negative_slope), ACTIVATIONS[layer.attention_activation],  # read-only,
                            # like every array of this kind the kernels get (see kernels.readonly)
                            _read_only(np.zeros((0, layer.edge_dim or 1), dtype)),
-                           _read_only(np.zeros((0, H), dtype)), _read_only(np.zeros((H, 1, C), dtype)))
+                           _read_only(np.zeros((0, H), dtype)), _read_only(np.zeros((H, 1, C), dtype)),
+                           np.zeros(0, dtype))
 
 
 def attention_dropout(layer, inputs, rng, ws):

@@ -1,0 +1,179 @@
+"""A whole layer in one call each way, for graphs of a few nodes (one road scene).
+
+On a 10-node scene the arithmetic of a layer takes a few microseconds and
+the general path's Python (a dozen array allocations, three kernel calls,
+the dense products, the bias and the finiteness check) took ten times as
+long. These two kernels chain the same steps in one call: the same
+functions (``project2``, the forward and backward passes over all rows,
+``project2_backward``) in the same order, and the remaining sums (the
+mean over heads, the bias gradient) in the order NumPy uses, so the result
+is the same bits as the general path (tested).
+
+Only the plain layer (no edge features, root weight or residual) of one
+dense feature matrix takes this path; ``gatfast/layers/small.py`` decides.
+"""
+
+import math
+
+from numba import njit
+
+from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks
+from .dense_small import project2, project2_backward
+from .forward import gatv2_forward_rows
+from .pairwise import gatv2_pairwise_theta_r_rows
+
+
+@njit(nogil=True, cache=True)
+def small_layer_forward(
+    x, W_l, b_l, W_r, b_r, indptr, indices, att, slope, kind, edge_scale, bias, xl, xr, alpha, per_head, out
+):
+    """Projections, attention and output of the layer; returns whether ``out`` is finite.
+
+    ``out`` (n, H*C) is a view of ``per_head`` when the heads are
+    concatenated, else (n, C) gets their mean; ``bias`` of size 0 is none.
+    """
+    n = x.shape[0]
+    heads, channels = att.shape
+    project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
+    gatv2_forward_rows(0, n, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, per_head)
+    concat = out.shape[1] == heads * channels
+    inv = xl.dtype.type(heads)
+    finite = True
+    for i in range(n):
+        for h in range(heads if concat else 1):
+            for c in range(channels):
+                if concat:
+                    v = per_head[i, h, c]
+                else:  # numpy's mean: the heads added in order, then divided
+                    v = per_head[i, 0, c]
+                    for k in range(1, heads):
+                        v += per_head[i, k, c]
+                    v = v / inv
+                if bias.size:
+                    v += bias[h * channels + c]
+                out[i, h * channels + c] = v
+                finite = finite and math.isfinite(v)
+    return finite
+
+
+@njit(nogil=True, cache=True)
+def small_layer_backward(
+    x,
+    W_l,
+    W_r,
+    indptr,
+    indices,
+    src_indptr,
+    src_edges,
+    src_targets,
+    xl,
+    xr,
+    att,
+    slope,
+    kind,
+    no_edges,
+    no_edge_weights,
+    edge_scale,
+    alpha,
+    grad_out,
+    pairwise,
+    g_heads,
+    upstream,
+    delta,
+    p_term,
+    q_term,
+    att_part,
+    grad_att,
+    grad_bias,
+    gW_l,
+    gb_l,
+    gW_r,
+    gb_r,
+    grad_x,
+):
+    """Every gradient of the layer given ``grad_out`` (n, out_dim); writes the ``g*`` and ``grad_*`` arrays.
+
+    ``g_heads`` (n, H, C) receives the per-head gradient: ``grad_out``
+    itself with concatenated heads, ``grad_out / H`` with averaged ones.
+    ``att_part`` (B, H, C) has the general path's number of row blocks and
+    is added up in block order into ``grad_att``. ``grad_bias`` of size 0
+    (no bias) is skipped, as ``gb_l`` and ``gb_r``. ``no_edges`` (0, 1) and
+    ``no_edge_weights`` (H, 1, C) stand for the absent edge features.
+    """
+    n = x.shape[0]
+    heads, channels = att.shape
+    width = heads * channels
+    concat = grad_out.shape[1] == width
+    inv = xl.dtype.type(heads)
+    for i in range(n):
+        for h in range(heads):
+            for c in range(channels):
+                g_heads[i, h, c] = grad_out[i, h * channels + c] if concat else grad_out[i, c] / inv
+    if grad_bias.size:  # numpy's sum over rows: the first row, then the others in order (0 for none)
+        for c in range(grad_out.shape[1]):
+            grad_bias[c] = grad_out[0, c] if n > 0 else xl.dtype.type(0.0)
+        for i in range(1, n):
+            for c in range(grad_out.shape[1]):
+                grad_bias[c] += grad_out[i, c]
+    gatv2_backward_target_blocks(
+        0,
+        att_part.shape[0],
+        indptr,
+        indices,
+        xl,
+        xr,
+        att,
+        slope,
+        kind,
+        edge_scale,
+        alpha,
+        g_heads,
+        upstream,
+        delta,
+        p_term,
+        att_part,
+    )
+    gatv2_backward_source_rows(
+        0,
+        n,
+        src_indptr,
+        src_edges,
+        src_targets,
+        xl,
+        xr,
+        att,
+        slope,
+        kind,
+        edge_scale,
+        alpha,
+        delta,
+        g_heads,
+        q_term,
+    )
+    for h in range(heads):  # numpy's sum over the blocks: in block order
+        for c in range(channels):
+            grad_att[h, c] = att_part[0, h, c]
+    for b in range(1, att_part.shape[0]):
+        for h in range(heads):
+            for c in range(channels):
+                grad_att[h, c] += att_part[b, h, c]
+    if pairwise:
+        gatv2_pairwise_theta_r_rows(
+            0,
+            n,
+            indptr,
+            indices,
+            xl,
+            xr,
+            att,
+            slope,
+            kind,
+            no_edges,
+            no_edge_weights,
+            alpha,
+            upstream,
+            p_term,
+        )
+    project2_backward(
+        x, q_term.reshape(n, width), p_term.reshape(n, width), W_l, W_r, gW_l, gb_l, gW_r, gb_r, grad_x
+    )

@@ -1,0 +1,177 @@
+"""The fast path of a layer for graphs of a few nodes: one kernel call each way.
+
+Taken when the whole layer is tiny (``dense.SMALL_PRODUCT``: a road scene of
+10 vehicles is 10 x 16 x 32) and plain: one dense feature matrix of the
+layer's dtype on a square graph, no edge features, root weight, residual or
+active attention dropout. Everything else, and any input that needs
+converting or fails a check, goes the general way (which also raises the
+errors), so the fast path changes no behaviour: it gives the same bits
+(``tests/test_small_path.py``) in a fraction of the time (per-call Python
+was most of a scene's cost).
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import numpy as np
+
+from ..graph import CSRGraph
+from ..kernels import num_att_blocks, readonly
+from ..kernels.small_layer import small_layer_backward, small_layer_forward
+from .cache import LayerCache
+from .dense import is_small
+from .inputs import Inputs
+
+__all__ = ["ENABLED", "backward", "forward"]
+
+#: Switch for the tests, which compare both paths bit for bit.
+ENABLED = True
+
+
+def _read_only(arr):
+    arr.flags.writeable = False
+    return arr
+
+
+def _plain(layer):
+    # shared weights are left out: their general forward projects through BLAS (other bits)
+    return (
+        layer.edge_dim is None
+        and layer.root_weight is None
+        and not layer.residual
+        and not layer.share_weights
+    )
+
+
+def forward(layer, graph, x, edge_attr, training):
+    """``(out, cache)`` of ``layer.forward`` on the fast path, or None where it does not apply."""
+    if not (
+        ENABLED and type(graph) is CSRGraph and type(x) is np.ndarray and edge_attr is None and _plain(layer)
+    ):
+        return None
+    if training and layer.dropout > 0.0:
+        return None
+    n = graph.num_dst
+    if (
+        graph.num_src != n
+        or x.dtype != layer.dtype
+        or x.shape != (n, layer.in_features)
+        or not x.flags.c_contiguous
+        or not is_small(n, x.shape[1], layer.heads * layer.out_features)
+    ):
+        return None
+    layer.params.check_shapes()
+    attention = graph.with_self_loops() if layer.add_self_loops else graph
+    p = layer.params
+    H, C, dtype = layer.heads, layer.out_features, layer.dtype
+    k = layer.constants
+    empty = k.no_bias
+    W_l, b_l, W_r, b_r = p["W_l"], p.get("b_l", empty), p["W_r"], p.get("b_r", empty)
+    x = _read_only(x.copy())  # the cache's own: the caller may reuse its array before backward
+    xl = np.empty((n, H, C), dtype)
+    xr = np.empty((n, H, C), dtype)
+    alpha = np.empty((attention.nnz, H), dtype)
+    per_head = np.empty((n, H, C), dtype)
+    out = per_head.reshape(n, H * C) if layer.concat else np.empty((n, C), dtype)
+    finite = small_layer_forward(
+        x,
+        W_l,
+        b_l,
+        W_r,
+        b_r,
+        attention.indptr,
+        attention.indices,
+        p["att"],
+        k.slope,
+        k.kind,
+        k.no_dropout,
+        p.get("bias", empty),
+        xl,
+        xr,
+        alpha,
+        per_head,
+        out,
+    )
+    if not finite:
+        return None  # the general path names the cause (x, a parameter, or an overflow)
+    inputs = Inputs(graph, attention, x, x, "same", k.no_edges, ())
+    cache = LayerCache(
+        attention,
+        inputs,
+        _read_only(xl),
+        _read_only(xr),
+        _read_only(alpha),
+        k.no_dropout,
+        MappingProxyType(dict(p)),
+        layer._token,
+    )
+    return out, cache
+
+
+def backward(layer, cache, grad_out, pairwise):
+    """The gradients of ``layer.backward`` on the fast path, or None where it does not apply.
+
+    ``cache`` and ``grad_out`` are already checked. Applies to caches of the
+    fast forward and to those of the general one with the same conditions.
+    """
+    inputs = cache.inputs
+    x = inputs.x_src
+    if not (ENABLED and inputs.relation == "same" and type(x) is np.ndarray and _plain(layer)):
+        return None
+    n = x.shape[0]
+    H, C, dtype = layer.heads, layer.out_features, layer.dtype
+    if not is_small(n, x.shape[1], H * C) or cache.graph.num_dst != n:
+        return None
+    g = cache.graph
+    p = cache.params
+    k = layer.constants
+    W_l, W_r = p["W_l"], p["W_r"]
+    src_indptr, src_edges = g.source_order()
+    width = H * C if layer.bias else 0
+    grad_bias = np.empty(grad_out.shape[1] if layer.bias else 0, dtype)
+    g_heads = np.empty((n, H, C), dtype)
+    q_term = np.empty((n, H, C), dtype)
+    p_term = np.empty((n, H, C), dtype)
+    grad_att = np.empty((H, C), dtype)
+    gW_l, gW_r = np.empty(W_l.shape, dtype), np.empty(W_r.shape, dtype)
+    gb_l, gb_r = np.empty(width, dtype), np.empty(width, dtype)
+    grad_x = np.empty(x.shape, dtype)
+    small_layer_backward(
+        readonly(x),
+        W_l,
+        W_r,
+        g.indptr,
+        g.indices,
+        src_indptr,
+        src_edges,
+        layer._workspace.source_targets(g),
+        cache.xl,
+        cache.xr,
+        p["att"],
+        k.slope,
+        k.kind,
+        k.no_edges,
+        k.no_edge_weights,
+        cache.edge_scale,
+        cache.alpha,
+        readonly(grad_out),
+        pairwise,
+        g_heads,
+        np.empty((g.nnz, H), dtype),
+        np.empty((g.nnz, H), dtype),
+        p_term,
+        q_term,
+        np.empty((num_att_blocks(n), H, C), dtype),
+        grad_att,
+        grad_bias,
+        gW_l,
+        gb_l,
+        gW_r,
+        gb_r,
+        grad_x,
+    )
+    grads = {"W_l": gW_l, "W_r": gW_r, "att": grad_att, "x": grad_x}
+    if layer.bias:
+        grads.update(b_l=gb_l, b_r=gb_r, bias=grad_bias)
+    return grads

@@ -1,0 +1,162 @@
+"""The one-call path of small layers (gatfast/layers/small.py) against the general path, bit for bit."""
+
+import naive
+import numpy as np
+import pytest
+
+from gatfast import CSRGraph, GATv2Layer, NonFiniteError
+from gatfast.layers import small
+
+CONFIGS = [
+    dict(heads=1),
+    dict(heads=3, concat=False),
+    dict(heads=2, bias=False),
+    dict(heads=2, add_self_loops=False),
+    dict(heads=1, negative_slope=0.01, concat=False),
+    dict(heads=2, attention_activation="softplus"),
+    dict(heads=2, dropout=0.5),  # not training: no dropout, the fast path applies
+]
+
+
+def _id(cfg):
+    return "-".join(f"{k}={v}" for k, v in cfg.items())
+
+
+def both_paths(monkeypatch, layer, graph, x, R, theta_r):
+    results = []
+    for enabled in (True, False):
+        monkeypatch.setattr(small, "ENABLED", enabled)
+        out, cache = layer.forward(graph, x)
+        grads = layer.backward(cache, R, theta_r=theta_r)
+        results.append((out, cache, grads))
+    return results
+
+
+def count_calls(monkeypatch):
+    calls = {"forward": 0, "backward": 0}
+    for name, key in (("small_layer_forward", "forward"), ("small_layer_backward", "backward")):
+        kernel = getattr(small, name)
+
+        def spy(*args, _kernel=kernel, _key=key):
+            calls[_key] += 1
+            return _kernel(*args)
+
+        monkeypatch.setattr(small, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
+@pytest.mark.parametrize("theta_r", ["linear", "pairwise"])
+def test_same_bits_as_the_general_path(monkeypatch, cfg, dtype, theta_r):
+    rng = np.random.default_rng(len(_id(cfg)))
+    graph = naive.mixed_graph(rng, n=12, hub_degree=9)
+    layer = GATv2Layer(5, 7, dtype=dtype, seed=2, **cfg)
+    naive.randomize_params(layer, rng)
+    x = rng.standard_normal((12, 5)).astype(dtype)
+    R = rng.standard_normal((12, layer.out_dim)).astype(dtype)
+    calls = count_calls(monkeypatch)
+    (out, cache, grads), (out_g, cache_g, grads_g) = both_paths(monkeypatch, layer, graph, x, R, theta_r)
+    assert calls == {"forward": 1, "backward": 1}  # the fast path ran once each way, the general one once
+    assert out.tobytes() == out_g.tobytes()
+    assert cache.alpha.tobytes() == cache_g.alpha.tobytes()
+    assert cache.graph == cache_g.graph
+    assert list(grads) == list(grads_g)
+    for name in grads:
+        assert grads[name].dtype == dtype, name
+        assert grads[name].tobytes() == grads_g[name].tobytes(), name
+
+
+def test_a_general_cache_takes_the_fast_backward(monkeypatch):
+    rng = np.random.default_rng(0)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, heads=2, seed=0)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    monkeypatch.setattr(small, "ENABLED", False)
+    out, cache = layer.forward(graph, x)
+    want = layer.backward(cache, np.ones_like(out))
+    monkeypatch.setattr(small, "ENABLED", True)
+    calls = count_calls(monkeypatch)
+    got = layer.backward(cache, np.ones_like(out))
+    assert calls["backward"] == 1
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [dict(edge_dim=2), dict(residual=True), dict(root_weight="theta_r"), dict(share_weights=True)],
+    ids=_id,
+)
+def test_other_layers_take_the_general_path(monkeypatch, cfg):
+    rng = np.random.default_rng(1)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, seed=0, **cfg)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    attr = rng.standard_normal((graph.nnz, 2)).astype(np.float32) if "edge_dim" in cfg else None
+    calls = count_calls(monkeypatch)
+    out, cache = layer.forward(graph, x, attr)
+    layer.backward(cache, np.ones_like(out))
+    assert calls == {"forward": 0, "backward": 0}
+
+
+def test_large_inputs_and_dropout_in_training_take_the_general_path(monkeypatch):
+    rng = np.random.default_rng(2)
+    calls = count_calls(monkeypatch)
+    big = CSRGraph.from_edge_index(rng.integers(0, 300, (2, 900)), 300)
+    layer = GATv2Layer(16, 8, heads=4, seed=0)
+    layer.forward(big, rng.standard_normal((300, 16)).astype(np.float32))
+    scene = naive.mixed_graph(rng)
+    drop = GATv2Layer(4, 3, seed=0, dropout=0.5)
+    drop.forward(scene, rng.standard_normal((scene.num_nodes, 4)).astype(np.float32), training=True)
+    float64_input = rng.standard_normal((scene.num_nodes, 4))  # converted first: the general path
+    drop.forward(scene, float64_input)
+    assert calls["forward"] == 0
+
+
+def test_the_cache_keeps_its_own_copy_of_x():
+    rng = np.random.default_rng(3)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, heads=2, seed=0)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    out, cache = layer.forward(graph, x)
+    want = layer.backward(cache, np.ones_like(out))
+    x[:] = 0.0  # the caller reuses its buffer before the backward pass
+    got = layer.backward(cache, np.ones_like(out))
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+    assert not cache.inputs.x_src.flags.writeable
+
+
+def test_errors_are_the_general_paths():
+    rng = np.random.default_rng(4)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, seed=0)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    bad = x.copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(NonFiniteError, match="x must be finite"):
+        layer.forward(graph, bad)
+    with pytest.raises(ValueError, match="in_features = 4"):
+        layer.forward(graph, x[:, :3].copy())
+    layer.params["W_l"] = np.full(layer.params["W_l"].shape, 1e30)
+    with pytest.raises(NonFiniteError, match="overflow"):
+        layer.forward(graph, x * 1e10)
+    layer.params["W_l"].shape = (layer.params["W_l"].size,)  # reshaped in place behind the dict's back
+    with pytest.raises(ValueError, match="W_l"):
+        layer.forward(graph, x)
+
+
+@pytest.mark.parametrize("n", [0, 1, 300])  # no rows; one; two blocks of the ∂a partial sums
+def test_same_bits_at_the_edges_of_the_size_range(monkeypatch, n):
+    rng = np.random.default_rng(n)
+    graph = CSRGraph.from_edge_index(rng.integers(0, max(n, 1), (2, 3 * n)), n)
+    layer = GATv2Layer(2, 16, heads=1, concat=False, seed=1)
+    x = rng.standard_normal((n, 2)).astype(np.float32)
+    R = rng.standard_normal((n, 16)).astype(np.float32)
+    calls = count_calls(monkeypatch)
+    (out, _, grads), (out_g, _, grads_g) = both_paths(monkeypatch, layer, graph, x, R, "linear")
+    assert calls == {"forward": 1, "backward": 1}
+    assert out.tobytes() == out_g.tobytes()
+    for name in grads:
+        assert grads[name].tobytes() == grads_g[name].tobytes(), name
