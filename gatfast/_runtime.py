@@ -10,15 +10,16 @@ What gatfast changes in the process, and when (nothing happens at import):
   thread pool of this module (:func:`run_rows`; the kernels release the
   GIL). No OpenMP runtime is started, so a forked child computes like its
   parent and BLAS threads are never starved by spinning OpenMP workers.
-* OpenBLAS is held at one thread (through threadpoolctl) only while the
-  layer runs its dense products in row chunks on that same pool, one
-  single-threaded BLAS call per chunk; the previous limit is restored.
+* BLAS is held at one thread (through threadpoolctl's controllers) while a
+  layer's forward or backward pass runs its dense products, as one call or
+  in row chunks on that same pool; the previous counts are restored.
 * A one-line notice goes to stderr when the first call of a kernel takes
   long enough to be a compilation (the first run after installing).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import threading
@@ -61,31 +62,57 @@ def use_parallel(work):
 
 
 def run_rows(kernel, count, args, work):
-    """``kernel(start, stop, *args)`` over ``[0, count)``: at once, or in chunks on the thread pool.
+    """``kernel(start, stop, *args)`` over ``[0, count)``: at once, or in chunks on several threads.
 
     The kernel must release the GIL and write only what belongs to its
     rows; the chunks then give the same bits as one call over everything,
-    for any thread count. Small work (:data:`SERIAL_WORK`) and one thread
-    run on the calling thread.
+    for any thread count. Work is split into at most one chunk per
+    :data:`SERIAL_WORK` (so small work runs on the calling thread, and
+    moderate work wakes only the threads it can use) and at most
+    :data:`CHUNKS_PER_THREAD` chunks per thread.
     """
-    workers = numba.get_num_threads() if work >= SERIAL_WORK else 1
-    if workers <= 1 or count < 2:
+    workers = numba.get_num_threads()
+    pieces = min(count, workers * CHUNKS_PER_THREAD, work // SERIAL_WORK)
+    if workers <= 1 or pieces <= 1:
         kernel(0, count, *args)
         return
-    pieces = min(count, workers * CHUNKS_PER_THREAD)
     size = -(-count // pieces)
     chunks = [(start, min(count, start + size)) for start in range(0, count, size)]
-    list(_pool(workers).map(lambda c: kernel(c[0], c[1], *args), chunks))
+    _share(lambda start, stop: kernel(start, stop, *args), chunks, workers)
 
 
-def _pool(workers):
-    key = (os.getpid(), workers)  # a forked child gets its own threads
+def _share(task, chunks, workers):
+    """Run ``task(start, stop)`` for every chunk on the calling thread and up to ``workers - 1`` pool threads.
+
+    Each thread takes the next chunk until none is left (hubs make chunks
+    uneven); the calling thread works too instead of waiting idle, and
+    returns only when every chunk is done, even if one raised.
+    """
+    ticket = itertools.count()  # next() is atomic under the GIL
+
+    def drain():
+        for k in iter(ticket.__next__, None):
+            if k >= len(chunks):
+                return
+            task(*chunks[k])
+
+    helpers = min(workers, len(chunks)) - 1
+    futures = [_pool(workers - 1).submit(drain) for _ in range(helpers)]
+    try:
+        drain()
+    finally:
+        for future in futures:
+            future.result()
+
+
+def _pool(size):
+    key = (os.getpid(), size)  # a forked child gets its own threads
     pool = _pools.get(key)
     if pool is None:
         with _lock:
             pool = _pools.get(key)
             if pool is None:
-                pool = _pools[key] = ThreadPoolExecutor(workers, thread_name_prefix="gatfast")
+                pool = _pools[key] = ThreadPoolExecutor(size, thread_name_prefix="gatfast")
     return pool
 
 
@@ -117,33 +144,57 @@ def threads(n):
         numba.set_num_threads(old)
 
 
-def _blas_controller():
-    controller = _state["controller"]
-    if controller is None or controller[0] != os.getpid():
+def _blas_libraries():
+    """The BLAS libraries loaded in this process (threadpoolctl's controllers; found once, about 5 ms)."""
+    found = _state["controller"]
+    if found is None or found[0] != os.getpid():
         from threadpoolctl import ThreadpoolController
 
-        controller = _state["controller"] = (os.getpid(), ThreadpoolController())
-    return controller[1]
+        libs = ThreadpoolController().select(user_api="blas").lib_controllers
+        found = _state["controller"] = (os.getpid(), libs)
+    return found[1]
 
 
-#: Products smaller than this (rows x columns of the input) run without changing BLAS's
-#: threads: OpenBLAS uses one thread for them anyway, and the limit costs 20-60 us a use.
-BLAS_SMALL = 1 << 16
+#: Products smaller than this (rows x inputs x outputs) run without changing BLAS's
+#: threads: OpenBLAS runs them on one thread anyway (its own cutoff is 4 x 65,536).
+BLAS_SMALL = 1 << 18
+
+
+class _BlasOneThread:
+    """Every loaded BLAS at one thread for a block; the previous counts restored after."""
+
+    __slots__ = ("_saved",)
+
+    def __enter__(self):
+        self._saved = [(lib, lib.num_threads) for lib in _blas_libraries()]
+        for lib, count in self._saved:
+            if count != 1:
+                lib.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        for lib, count in self._saved:
+            if count != 1:
+                lib.set_num_threads(count)
+        return False
 
 
 def blas_single_thread(work=None):
-    """Hold every loaded BLAS at one thread for a block, then restore the previous limits.
+    """Hold every loaded BLAS at one thread for a block, then restore the previous counts.
 
-    Used around the layer's row-chunked dense products: each chunk is one
-    single-threaded BLAS call on a thread of :func:`run_chunks`, so BLAS's own
-    (busy-waiting) worker threads never compete with Numba's for the cores.
-    The controller is built once per process (about 5 ms) and each use costs
-    20-60 microseconds, so ``work`` below :data:`BLAS_SMALL` gets a no-op
+    Used around a layer's forward and backward pass: the dense products run
+    either as one call or in row chunks on the thread pool of
+    :func:`run_chunks`, one single-threaded BLAS call per chunk, so BLAS's
+    own worker threads (which busy-wait between calls) never compete with
+    gatfast's threads or with each other for the cores; on a 2-core machine
+    under load that competition made a 64-scene training step several times
+    slower. A use costs about 2 microseconds; ``work`` (rows x inputs x
+    outputs of the largest product) below :data:`BLAS_SMALL` gets a no-op
     context instead.
     """
     if work is not None and work < BLAS_SMALL:
         return _NOTHING
-    return _blas_controller().limit(limits=1, user_api="blas")
+    return _BlasOneThread()
 
 
 def run_chunks(task, chunks):
@@ -157,7 +208,13 @@ def run_chunks(task, chunks):
     workers = min(numba.get_num_threads(), len(chunks))
     if workers <= 1:
         return [task(*c) for c in chunks]
-    return list(_pool(numba.get_num_threads()).map(lambda c: task(*c), chunks))
+    results = [None] * len(chunks)
+
+    def one(start, stop, k):
+        results[k] = task(start, stop)
+
+    _share(one, [(start, stop, k) for k, (start, stop) in enumerate(chunks)], workers)
+    return results
 
 
 class _Notice:

@@ -298,7 +298,7 @@ class GATv2Layer:
         self.params.check_shapes()  # finiteness: checked on the output, which any NaN parameter reaches
         if rng is not None and not isinstance(rng, (np.random.Generator, RandomKeys)):
             raise TypeError(f"rng must be a numpy.random.Generator or gatfast RandomKeys, got {type(rng).__name__}")
-        work = inputs.x_src.shape[0] * self.in_features_src
+        work = inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
         with _runtime.blas_single_thread(work), _runtime.compile_notice(("forward", self.dtype.char)):
             return self._forward(inputs, bool(training), rng)
 
@@ -385,7 +385,7 @@ class GATv2Layer:
         with _runtime.compile_notice(("small_backward", self.dtype.char)):
             grads = small.backward(self, cache, grad_out, theta_r == "pairwise")
         if grads is None:
-            work = cache.inputs.x_src.shape[0] * self.in_features_src
+            work = cache.inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
             with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
                 grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])

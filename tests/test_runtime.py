@@ -1,0 +1,84 @@
+"""gatfast._runtime: chunked runs on threads, the BLAS thread limit, the thread-count setting."""
+
+import threading
+
+import numba
+import numpy as np
+import pytest
+from threadpoolctl import ThreadpoolController
+
+from gatfast import CSRGraph, GATv2Layer, _runtime
+
+needs_two_threads = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 Numba threads")
+
+
+def test_run_rows_covers_every_row_once_in_chunks():
+    seen = []
+    lock = threading.Lock()
+
+    def kernel(start, stop, out):
+        with lock:
+            seen.append((start, stop))
+        out[start:stop] += 1
+
+    out = np.zeros(1000)
+    with _runtime.threads(min(2, numba.config.NUMBA_NUM_THREADS)):
+        _runtime.run_rows(kernel, 1000, (out,), work=100 * _runtime.SERIAL_WORK)
+    assert (out == 1).all()
+    if numba.config.NUMBA_NUM_THREADS >= 2:
+        assert len(seen) == 2 * _runtime.CHUNKS_PER_THREAD
+    seen.clear()
+    _runtime.run_rows(kernel, 1000, (out,), work=_runtime.SERIAL_WORK - 1)  # small: one call
+    assert seen == [(0, 1000)]
+
+
+@needs_two_threads
+def test_an_error_in_one_chunk_is_raised_after_every_chunk_ran():
+    done = []
+
+    def kernel(start, stop):
+        if start == 0:
+            raise RuntimeError("chunk 0 failed")
+        done.append(start)
+
+    with _runtime.threads(2), pytest.raises(RuntimeError, match="chunk 0"):
+        _runtime.run_rows(kernel, 800, (), work=100 * _runtime.SERIAL_WORK)
+    assert len(done) == 2 * _runtime.CHUNKS_PER_THREAD - 1
+
+
+@needs_two_threads
+def test_run_chunks_returns_results_in_chunk_order():
+    chunks = [(k, k + 1) for k in range(37)]
+    with _runtime.threads(2):
+        assert _runtime.run_chunks(lambda a, b: a * 10 + b, chunks) == [k * 10 + k + 1 for k in range(37)]
+
+
+def test_blas_threads_are_restored_after_a_layer_call():
+    controller = ThreadpoolController()
+    blas = controller.select(user_api="blas")
+    if not blas.lib_controllers:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    rng = np.random.default_rng(0)
+    n = 3000
+    graph = CSRGraph.from_edge_index(rng.integers(0, n, (2, 4 * n)), n)
+    layer = GATv2Layer(64, 16, heads=4, seed=0)
+    assert n * 64 * 64 >= _runtime.BLAS_SMALL  # the limit is used
+    x = rng.standard_normal((n, 64)).astype(np.float32)
+    inside = []
+    original = _runtime._BlasOneThread.__enter__
+
+    def spy(self):
+        result = original(self)
+        inside.append([lib.num_threads for lib in _runtime._blas_libraries()])
+        return result
+
+    for count in (2, 1):
+        with blas.limit(limits=count):
+            _runtime._BlasOneThread.__enter__ = spy
+            try:
+                out, cache = layer.forward(graph, x)
+                layer.backward(cache, np.ones_like(out))
+            finally:
+                _runtime._BlasOneThread.__enter__ = original
+            assert [lib.num_threads for lib in blas.lib_controllers] == [count] * len(blas.lib_controllers)
+    assert inside and all(counts == [1] * len(counts) for counts in inside)
