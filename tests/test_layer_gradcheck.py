@@ -217,6 +217,26 @@ def test_pairwise_equals_linear(seed):
     assert naive.rel_err(P_lin, P_pair) < EXACT_TOL
 
 
+def test_pairwise_form_is_computed_by_its_own_kernel():
+    """``theta_r="pairwise"`` must run the O(deg²) kernel, not return the linear form.
+
+    The two forms agree to rounding, so every tolerance test passes if the option is ignored.
+    On a 40-edge hub they round differently: the Θ_R gradients must not be the same bits,
+    while the gradients that do not go through Θ_R are.
+    """
+    rng = np.random.default_rng(100)
+    graph = hub_graph(rng)
+    layer = make_layer(0, in_features=5, out_features=4, heads=2)
+    x = rng.standard_normal((graph.num_nodes, 5))
+    out, cache = layer.forward(graph, x)
+    R = rng.standard_normal(out.shape)
+    lin = layer.backward(cache, R, theta_r="linear")
+    pair = layer.backward(cache, R, theta_r="pairwise")
+    assert np.count_nonzero(lin["W_r"] != pair["W_r"]) > lin["W_r"].size // 2
+    for name in ("W_l", "att"):
+        np.testing.assert_array_equal(lin[name], pair[name])
+
+
 REFERENCE_CFGS = BASE + EXTRA
 
 
