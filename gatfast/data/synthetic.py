@@ -7,7 +7,6 @@ import numpy as np
 from .. import _validate as V
 from ..graph import CSRGraph
 from .datasets import GraphDataset, NodeDataset
-from .karate import symmetric_edge_index
 
 __all__ = ["make_csbm", "make_traffic_scenes", "traffic_target"]
 
@@ -24,6 +23,65 @@ def _random_split(rng, n, train_frac, val_frac):
     masks[1][perm[n_train : n_train + n_val]] = True
     masks[2][perm[n_train + n_val :]] = True
     return masks
+
+
+#: Candidate edges or feature values per draw: bounds the generator's temporaries
+#: (a 2 M-node graph with 10 M edges is built in about its own size).
+_CHUNK = 1 << 20
+
+
+def _csbm_pairs(rng, y, k, num_edges, h):
+    """Sorted keys ``min(i, j) * n + max(i, j)`` of ``num_edges`` distinct undirected edges (see make_csbm)."""
+    n = y.size
+    order = np.argsort(y, kind="stable")  # nodes grouped by class
+    class_ptr = np.searchsorted(y[order], np.arange(k + 1))
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n) - class_ptr[y[order]]  # rank of a node inside its class
+    size = np.diff(class_ptr)
+    keys = np.empty(0, dtype=np.int64)
+    while keys.size < num_edges:
+        missing = num_edges - keys.size
+        parts = [keys]
+        for start in range(0, missing, _CHUNK):
+            m = min(_CHUNK, missing - start)
+            i = rng.integers(0, n, m)
+            c = y[i]
+            intra = rng.random(m) < h
+            # same class, skipping i itself
+            r = (rng.random(m) * (size[c] - 1)).astype(np.int64)
+            r += r >= pos[i]
+            j_intra = order[class_ptr[c] + r]
+            # another class: index the grouped order with class c's block cut out
+            r = (rng.random(m) * (n - size[c])).astype(np.int64)
+            r += np.where(r >= class_ptr[c], size[c], 0)
+            j = np.where(intra, j_intra, order[r])
+            parts.append(np.minimum(i, j) * n + np.maximum(i, j))
+        keys = np.unique(np.concatenate(parts))
+    return keys
+
+
+def _symmetric_csr(keys, n):
+    """CSR by target of both directions of the sorted undirected ``keys`` (each row's sources ascending).
+
+    Row ``t`` lists its smaller neighbours (from the keys ``(a, t)``, in
+    order of ``a``) and then its larger ones (keys ``(t, b)``, in order of
+    ``b``): what sorting both directions by (target, source) gives, without
+    materialising them.
+    """
+    a, b = np.divmod(keys, n)
+    count_low = np.bincount(b, minlength=n)  # row b gets source a < b
+    count_high = np.bincount(a, minlength=n)  # row a gets source b > a
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(count_low + count_high, out=indptr[1:])
+    indices = np.empty(2 * keys.size, dtype=np.int64)
+    rank = np.arange(keys.size)
+    by_b = np.argsort(b, kind="stable")  # keys grouped by b, a ascending within
+    b_sorted = b[by_b]
+    indices[indptr[b_sorted] + rank - (np.cumsum(count_low) - count_low)[b_sorted]] = a[by_b]
+    del by_b, b_sorted
+    # the keys are sorted by a, then b: already grouped by a, b ascending within
+    indices[indptr[a] + count_low[a] + rank - (np.cumsum(count_high) - count_high)[a]] = b
+    return indptr, indices
 
 
 def make_csbm(
@@ -92,36 +150,20 @@ def make_csbm(
         )
     rng = np.random.default_rng(seed)
     y = rng.permutation(np.arange(n) % k).astype(np.int64)
-    order = np.argsort(y, kind="stable")  # nodes grouped by class
-    class_ptr = np.searchsorted(y[order], np.arange(k + 1))
-    pos = np.empty(n, dtype=np.int64)
-    pos[order] = np.arange(n) - class_ptr[y[order]]  # rank of a node inside its class
-    size = np.diff(class_ptr)
-    num_edges = round(n * deg / 2)
-    keys = np.empty(0, dtype=np.int64)
-    while keys.size < num_edges:
-        m = num_edges - keys.size
-        i = rng.integers(0, n, m)
-        c = y[i]
-        intra = rng.random(m) < h
-        # same class, skipping i itself
-        r = (rng.random(m) * (size[c] - 1)).astype(np.int64)
-        r += r >= pos[i]
-        j_intra = order[class_ptr[c] + r]
-        # another class: index the grouped order with class c's block cut out
-        r = (rng.random(m) * (n - size[c])).astype(np.int64)
-        r += np.where(r >= class_ptr[c], size[c], 0)
-        j_inter = order[r]
-        j = np.where(intra, j_intra, j_inter)
-        keys = np.unique(np.concatenate([keys, np.minimum(i, j) * n + np.maximum(i, j)]))
-    ei = symmetric_edge_index(np.stack([keys // n, keys % n], axis=1), n)
+    keys = _csbm_pairs(rng, y, k, round(n * deg / 2), h)
+    indptr, indices = _symmetric_csr(keys, n)
+    del keys
     means = rng.standard_normal((k, f))
     means *= signal / np.linalg.norm(means, axis=1, keepdims=True)
-    x = (means[y] + rng.standard_normal((n, f))).astype(dtype)
+    x = np.empty((n, f), dtype)
+    for start in range(0, n, _CHUNK // f + 1):  # bounded temporaries; the same draws as one call
+        stop = min(n, start + _CHUNK // f + 1)
+        x[start:stop] = means[y[start:stop]] + rng.standard_normal((stop - start, f))
+    graph = CSRGraph(indptr, indices, n)
     masks = _random_split(rng, n, train_frac, val_frac)
     return NodeDataset(
         name="csbm",
-        graph=CSRGraph.from_edge_index(ei, n),
+        graph=graph,
         x=x,
         y=y,
         train_mask=masks[0],
