@@ -52,7 +52,7 @@ class RandomKeys:
         Further key material (e.g. epoch and batch number).
     edge_ids, dst_ids : ndarray of int64, optional
         The global ids of a graph's edges (CSR order) and target nodes, for
-        a layer's attention dropout (default: positions ``0 .. n - 1``).
+        a layer's attention dropout (default: positions ``[0, n)``).
 
     Examples
     --------
@@ -172,7 +172,7 @@ class GraphIds:
 
     @classmethod
     def positions(cls, graphs, num_graphs=None):
-        """Build ids ``0 .. n - 1`` for every layer's rows and edges (one whole graph, no sampling).
+        """Build ids ``[0, n)`` for every layer's rows and edges (one whole graph, no sampling).
 
         Parameters
         ----------

@@ -78,7 +78,7 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
 def gatv2_backward_target_blocks(
     b0, b1, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, grad, upstream, delta, p_out, att_part,
 ):
-    """Target pass over the row blocks ``b0 .. b1 - 1``; ``B = att_part.shape[0]`` blocks of ``ceil(n_dst / B)`` rows.
+    """Target pass over the row blocks ``[b0, b1)``; ``B = att_part.shape[0]`` blocks of ``ceil(n_dst / B)`` rows.
 
     ``grad`` (n_dst, H, C) is the upstream gradient per head. Writes
     ``upstream`` (E, H) = ``A_ij`` (scaled by the dropout mask), ``delta``
@@ -143,7 +143,7 @@ def prefetch_source_edge(p, src_edges, src_targets, xr, grad, alpha, delta, edge
 def gatv2_backward_source_rows(
     j0, j1, src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, edge_scale, alpha, delta, grad, q_out,
 ):
-    """Source pass over sources ``j0 .. j1 - 1``: ``q_out[j]`` = ``Q_j``, the gradient of ``xl[j]``.
+    """Source pass over sources ``[j0, j1)``: ``q_out[j]`` = ``Q_j``, the gradient of ``xl[j]``.
 
     ``src_edges`` (E,) lists the edge ids (CSR positions) grouped by source
     and ``src_targets`` (E,) their targets in that same order, so both are

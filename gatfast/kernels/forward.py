@@ -14,7 +14,7 @@ Arrays (one layer, ``H`` heads of ``C`` channels, ``n_dst`` target rows,
 * outputs: ``alpha`` (E, H) softmax weights, ``out`` (n_dst, H, C) per head.
 
 :func:`gatv2_forward_rows` (and :func:`gatv2_forward_edge_rows`, with edge
-features) computes the rows ``r0 .. r1 - 1`` and releases the GIL: ``gatfast._runtime.run_rows`` runs it once over all rows for small
+features) computes the rows ``[r0, r1)`` and releases the GIL: ``gatfast._runtime.run_rows`` runs it once over all rows for small
 work, or over chunks of rows on a thread pool. Each row writes only its own
 outputs and every sum runs in a fixed order, so the result is the same bits
 for any thread count. The two kernels are separate functions (sharing the
@@ -36,7 +36,7 @@ from .simd import leaky_dot, leaky_score
 
 @njit(nogil=True, cache=True)
 def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, out):
-    """Forward pass of the target rows ``r0 .. r1 - 1``, without edge features (see the module docstring)."""
+    """Forward pass of the target rows ``[r0, r1)``, without edge features (see the module docstring)."""
     nnz = indices.size
     heads = att.shape[0]
     channels = att.shape[1]

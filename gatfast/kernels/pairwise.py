@@ -19,7 +19,7 @@ from .edge import edge_z
 def gatv2_pairwise_theta_r_rows(
     r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, alpha, upstream, p_out
 ):
-    """``p_out[i]`` = the pairwise ``P_i`` for rows ``r0 .. r1 - 1``.
+    """``p_out[i]`` = the pairwise ``P_i`` for rows ``[r0, r1)``.
 
     ``upstream`` (E, H) holds ``A_ij`` from the target pass. ``u`` (E, D)
     and ``weT`` (H, D, C) add the edge term to ``z_ij``; ``u`` of shape

@@ -2,7 +2,7 @@
 
 Bag-of-words features such as Cora's are ~1% dense; multiplying them as
 sparse costs ``nnz(x) * width`` instead of ``n * F * width``. Each function
-computes the rows ``r0 .. r1 - 1`` and releases the GIL
+computes the rows ``[r0, r1)`` and releases the GIL
 (``gatfast._runtime.run_rows`` runs chunks of rows on threads); each row
 sums its nonzeros in stored order, so the result is the same for any thread
 count (scipy's own product is single-threaded).
@@ -13,7 +13,7 @@ from numba import njit
 
 @njit(nogil=True, cache=True)
 def csr_dense_matmul_rows(r0, r1, indptr, indices, data, dense, bias, out):
-    """Rows ``r0 .. r1 - 1`` of ``out = A @ dense (+ bias)`` for ``A`` given by CSR arrays.
+    """Rows ``[r0, r1)`` of ``out = A @ dense (+ bias)`` for ``A`` given by CSR arrays.
 
     ``dense`` (k, m) and ``out`` (rows, m) are C-contiguous; ``bias`` has
     shape (m,) or (0,) for none. ``out``'s rows are overwritten.
@@ -36,7 +36,7 @@ def csr_dense_matmul_rows(r0, r1, indptr, indices, data, dense, bias, out):
 
 @njit(nogil=True, cache=True)
 def csr_dense_matmul2_rows(r0, r1, indptr, indices, data, dense_a, dense_b, bias_a, bias_b, out_a, out_b):
-    """Rows ``r0 .. r1 - 1`` of ``out_a = A @ dense_a + bias_a`` and ``out_b = A @ dense_b + bias_b``.
+    """Rows ``[r0, r1)`` of ``out_a = A @ dense_a + bias_a`` and ``out_b = A @ dense_b + bias_b``.
 
     As :func:`csr_dense_matmul_rows` for two right-hand sides (the source and
     the target projections), reading the sparse matrix once.

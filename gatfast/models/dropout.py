@@ -82,7 +82,7 @@ def apply_dropout(x, p, rng, row_ids=None):
         function of its global id (``row_ids``) and the column.
     row_ids : ndarray of int, optional
         Global ids of the rows of ``x`` (keyed masks only; default
-        ``0 .. n - 1``).
+        ``[0, n)``).
 
     Returns
     -------
