@@ -106,11 +106,24 @@ def _add_train_options(p):
     p.add_argument("--preset", choices=sorted(PRESETS), default=None,
                    help="start from this recipe instead of the dataset's own (gat: node classification, "
                         "tu: graph classification, scenes: per-node regression on many graphs)")
+    gen = p.add_argument_group("generated datasets (--dataset csbm or traffic_scenes)")
+    for flag, dest, kind, help_text in _GENERATOR_FLAGS:
+        gen.add_argument(flag, dest=f"gen_{dest}", type=kind, default=argparse.SUPPRESS, help=help_text)
     _add_config_options(p)
 
 
 _positive_int = _option_type(Option("", "", int, low=1))
 _positive_float = _option_type(Option("", "", float, low=0.0, low_open=True))
+
+#: Train flags that become the generator's keyword arguments (``train(dataset_options=...)``).
+_GENERATOR_FLAGS = (
+    ("--nodes", "num_nodes", _positive_int, "csbm: number of nodes (default: 1000)"),
+    ("--avg-degree", "avg_degree", _positive_float, "csbm: average degree (default: 5)"),
+    ("--classes", "num_classes", _positive_int, "csbm: number of classes (default: 2)"),
+    ("--features", "num_features", _positive_int, "csbm, traffic_scenes: input features per node "
+                                                   "(default: 16 and 4)"),
+    ("--graphs", "num_graphs", _positive_int, "traffic_scenes: number of scenes (default: 500)"),
+)
 
 
 def build_parser():
@@ -195,9 +208,12 @@ def _print_metrics(metrics):
 def _cmd_train(args):
     from .training import train
 
-    options = {k: v for k, v in vars(args).items() if k not in ("command", "dataset", "preset")}
+    options = {k: v for k, v in vars(args).items()
+               if k not in ("command", "dataset", "preset") and not k.startswith("gen_")}
+    generated = {k[len("gen_"):]: v for k, v in vars(args).items() if k.startswith("gen_")}
+    _check_generator_flags(args.dataset, generated)
     config = TrainConfig.preset(args.preset, **options) if args.preset else None
-    result = train(args.dataset, config, **options)
+    result = train(args.dataset, config, dataset_options=generated or None, **options)
     print("final metrics:")
     _print_metrics(result.metrics)
     if result.interrupted:  # the first Ctrl-C/SIGTERM: stopped at the end of an epoch, outputs written
@@ -212,6 +228,21 @@ def _cmd_train(args):
     if result.config.save:
         print(f"model saved to {result.config.save}")
     return 0
+
+
+def _check_generator_flags(dataset, generated):
+    """Each generator flag given must be one the named generator takes."""
+    from .data import GENERATORS, generator_options
+
+    for flag, dest, _, _ in _GENERATOR_FLAGS:
+        if dest not in generated:
+            continue
+        if dataset not in GENERATORS:
+            raise CLIError(f"{flag} sets up a generated dataset ({', '.join(sorted(GENERATORS))}); "
+                           f"--dataset {dataset} is not one")
+        if dest not in generator_options(dataset):
+            takers = [name for name in sorted(GENERATORS) if dest in generator_options(name)]
+            raise CLIError(f"{flag} is an option of --dataset {' or '.join(takers)}, not {dataset}")
 
 
 def _cmd_evaluate(args):
@@ -230,6 +261,8 @@ def _cmd_evaluate(args):
     _paths.check_output_paths([("--metrics-json", args.metrics_json)],
                          [("checkpoint", args.checkpoint), ("dataset", data_file)])
     opts = dict(dtype=np.dtype(model.get_config()["dtype"]), normalize_features=_normalize(args, meta))
+    if _same_source(source, meta):  # a generator's data: made again with the training run's options
+        opts.update(meta.get("dataset_options") or {})
     if args.dataset is None:
         try:
             ds = load_dataset(source, **opts)

@@ -375,3 +375,48 @@ def test_python_m_gatfast_subprocess(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gatfast", "train", "--epochs", "0"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "--epochs" in proc.stderr
+
+
+def test_generator_flags_shape_the_dataset_and_evaluate_makes_it_again(tmp_path, capsys):
+    save, metrics = tmp_path / "m.npz", tmp_path / "m.json"
+    status, out, _ = run(["train", "--dataset", "csbm", "--nodes", 300, "--avg-degree", 6, "--features", 7,
+                          "--classes", 3, "--epochs", 2, "--save", save, "--metrics-json", metrics, *SMALL],
+                         capsys)
+    assert status == 0
+    model, meta = load_checkpoint(save)
+    assert meta["dataset_options"] == {"num_nodes": 300, "avg_degree": 6.0, "num_features": 7, "num_classes": 3}
+    assert model.in_features == 7 and model.out_features == 3
+    status, out, _ = run(["evaluate", save], capsys)
+    assert status == 0
+    trained = json.loads(metrics.read_text())
+    evaluated = {m[1]: float(m[2]) for m in re.finditer(r"^\s*(\w+): (\S+)$", out, re.M)}
+    assert evaluated["test_accuracy"] == pytest.approx(trained["test_accuracy"], abs=1e-4)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--dataset", "karate", "--nodes", "10"], "--dataset karate is not one"),
+    (["--dataset", CORA, "--features", "3"], "is not one"),
+    (["--dataset", "csbm", "--graphs", "5"], "--graphs is an option of --dataset traffic_scenes, not csbm"),
+    (["--dataset", "traffic_scenes", "--avg-degree", "3"], "--avg-degree is an option of --dataset csbm"),
+    (["--dataset", "csbm", "--nodes", "0"], "--nodes"),
+])
+def test_generator_flags_are_refused_where_they_do_not_apply(argv, fragment, capsys):
+    try:
+        status = main(["train", "--epochs", "1", *argv])
+    except SystemExit as exc:  # refused by the parser itself
+        status = exc.code
+    assert status == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_train_dataset_options_in_python():
+    from gatfast.training import train
+
+    result = train("traffic_scenes", dataset_options={"num_graphs": 12}, epochs=1, quiet=True)
+    assert result.metrics["train_loss"] > 0
+    with pytest.raises(ValueError, match="unknown option"):
+        train("csbm", dataset_options={"num_graph": 3}, epochs=1, quiet=True)
+    with pytest.raises(ValueError, match="generated datasets"):
+        train("karate", dataset_options={"num_nodes": 3}, epochs=1, quiet=True)
+    with pytest.raises(TypeError, match="dict"):
+        train("csbm", dataset_options=[("num_nodes", 3)], epochs=1, quiet=True)

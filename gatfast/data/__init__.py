@@ -25,9 +25,11 @@ __all__ = [
     "Batch",
     "DATA_DIR",
     "GENERATED",
+    "GENERATORS",
     "GraphDataset",
     "NodeDataset",
     "dataset_file",
+    "generator_options",
     "load_dataset",
     "load_karate",
     "load_planetoid",
@@ -45,6 +47,27 @@ DATA_DIR = Path(__file__).resolve().parent / "files"
 
 #: Names :func:`load_dataset` builds without a file.
 GENERATED = ("karate", "csbm", "traffic_scenes")
+
+#: The generators :func:`load_dataset` runs by name, whose keyword arguments it passes on.
+GENERATORS = {"csbm": make_csbm, "traffic_scenes": make_traffic_scenes}
+
+
+def generator_options(name):
+    """The keyword arguments the generator ``name`` takes from ``load_dataset(name, **options)``.
+
+    Parameters
+    ----------
+    name : str
+        A key of :data:`GENERATORS`.
+
+    Returns
+    -------
+    tuple of str
+        Its parameters, except ``dtype`` (``load_dataset``'s own).
+    """
+    import inspect
+
+    return tuple(p for p in inspect.signature(GENERATORS[name]).parameters if p != "dtype")
 
 
 def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwargs):
@@ -76,9 +99,8 @@ def load_dataset(path_or_name, dtype=np.float32, normalize_features=False, **kwa
     text = os.fspath(path_or_name)
     if text == "karate":
         return load_karate(dtype=dtype, normalize_features=normalize_features, **kwargs)
-    if text in ("csbm", "traffic_scenes"):
-        make = make_csbm if text == "csbm" else make_traffic_scenes
-        ds = make(dtype=dtype, **{"seed": 0, **kwargs})
+    if text in GENERATORS:
+        ds = GENERATORS[text](dtype=dtype, **{"seed": 0, **kwargs})
         return normalized(ds) if normalize_features else ds
     path = dataset_file(text)
     z = NpzFile(path)  # read once, handed to the loader

@@ -18,7 +18,16 @@ from .. import _paths, _runtime
 from .. import _validate as V
 from .._io import atomic_write_text
 from .._signals import deferred_interrupts
-from ..data import GENERATED, GraphDataset, NodeDataset, dataset_file, load_dataset, without_edge_features
+from ..data import (
+    GENERATED,
+    GENERATORS,
+    GraphDataset,
+    NodeDataset,
+    dataset_file,
+    generator_options,
+    load_dataset,
+    without_edge_features,
+)
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
 from .checkpoint import save_checkpoint
@@ -28,10 +37,11 @@ from .loop import TrainResult, fit
 from .progress import Progress
 from .splits import fold_splits
 
-__all__ = ["build_model", "check_outputs", "dataset_source", "train"]
+__all__ = ["build_model", "check_dataset_options", "check_outputs", "dataset_source", "train"]
 
 
-def train(dataset="karate", config=None, *, splits=None, callback=None, stream=None, **options):
+def train(dataset="karate", config=None, *, dataset_options=None, splits=None, callback=None, stream=None,
+          **options):
     """Train a GATv2 network: the Python twin of ``gatfast train``.
 
     Parameters
@@ -44,6 +54,11 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
         The options of the run. Default: the preset for the dataset's task
         (:func:`~gatfast.training.config.preset_for`: the GAT recipe for node
         classification, ``"tu"`` for graph classification).
+    dataset_options : dict, optional
+        Keyword arguments of a generator named by ``dataset``
+        (``{"num_nodes": 2_000_000, "avg_degree": 10, "num_features": 64}``
+        for ``"csbm"``); recorded in the checkpoint, so that ``gatfast
+        evaluate`` generates the same data.
     splits : dict, optional
         Graph datasets, one run (no ``folds``): the graph ids
         ``{"train": ..., "val": ..., "test": ...}`` (default: a seeded
@@ -86,6 +101,8 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
     # output paths are run options (presets never set them): check them before anything is loaded
     diagnose_base = check_outputs((config or TrainConfig()).replace(**options), dataset)
     if isinstance(dataset, (NodeDataset, GraphDataset)):
+        if dataset_options:
+            raise ValueError("dataset_options are for a generator named by dataset, not a loaded dataset")
         ds, source = dataset, dataset.name
         if config is None:
             config = TrainConfig.preset(preset_for(ds))
@@ -93,7 +110,8 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
     else:
         # the dataset is loaded with the options given; its preset then fills in the rest
         base = (config or TrainConfig()).replace(**options)
-        ds = load_dataset(dataset, dtype=base.numpy_dtype, normalize_features=base.normalize_features)
+        ds = load_dataset(dataset, dtype=base.numpy_dtype, normalize_features=base.normalize_features,
+                          **check_dataset_options(dataset, dataset_options))
         source = dataset_source(dataset)
         if config is None:
             config = TrainConfig.preset(preset_for(ds), **options)
@@ -130,7 +148,7 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
             opt = _optimizer(model, config)
             result = fit(model, ds, opt, config, splits=splits, callback=callback, stream=stream, stop=request)
         result.config = config
-        _write_outputs(result, ds, source, config)
+        _write_outputs(result, ds, source, config, dataset_options)
     if recorder is not None:
         _finish_diagnostics(recorder, progress)
     return result
@@ -142,7 +160,7 @@ def _optimizer(model, config):
     )
 
 
-def _write_outputs(result, ds, source, config):
+def _write_outputs(result, ds, source, config, dataset_options=None):
     """The checkpoint (``save``) and the metrics (``metrics_json``) of a finished or stopped run."""
     if config.save is not None:
         meta = {
@@ -152,6 +170,8 @@ def _write_outputs(result, ds, source, config):
             "metrics": result.metrics,
             "train_config": config.to_dict(),
         }
+        if dataset_options:  # a generator's arguments: `gatfast evaluate` makes the same data
+            meta["dataset_options"] = dict(dataset_options)
         if ds.preprocessing is not None:  # what was done to the features, not what the config asked
             meta["preprocessing"] = ds.preprocessing
         if result.splits is not None:  # so that `gatfast evaluate` scores the same graphs
@@ -256,6 +276,21 @@ def build_model(ds, config, seed):
         edge_dim=ds.edge_dim,
         fill_value=config.fill_value,
     )
+
+
+def check_dataset_options(dataset, dataset_options):
+    """``dataset_options`` as a dict, refused unless ``dataset`` names a generator."""
+    if not dataset_options:
+        return {}
+    if not isinstance(dataset_options, dict) or not all(isinstance(k, str) for k in dataset_options):
+        raise TypeError(f"dataset_options must be a dict of keyword arguments, got {dataset_options!r}")
+    if os.fspath(dataset) not in GENERATORS:
+        raise ValueError(f"dataset_options are for the generated datasets {sorted(GENERATORS)}, not {dataset!r}")
+    known = generator_options(os.fspath(dataset))
+    unknown = set(dataset_options) - set(known)
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)} for the {dataset!r} generator; it takes {list(known)}")
+    return dict(dataset_options)
 
 
 def dataset_source(dataset):
