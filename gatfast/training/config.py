@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validate as V
-from .options import Option
+from .options import Option, check_address
 from .options import option_field as _opt
 
 __all__ = ["PRESETS", "Option", "TrainConfig", "preset_for"]
@@ -160,13 +160,45 @@ class TrainConfig:
         optional=True,
     )
     # ------------------------------------------------------------------ runtime
-    shards: int = _opt(
-        1,
+    shards: int | None = _opt(
+        None,
         "split every batch into this many shards whose gradients are added in a fixed order (the unit of "
-        "data-parallel work; the result does not depend on it beyond rounding)",
+        "data-parallel work; the result does not depend on it beyond rounding; None: 1 in one process, one "
+        "per worker on a cluster)",
         "runtime",
         int,
         low=1,
+        optional=True,
+        recipe=False,
+    )
+    workers: int | None = _opt(
+        None,
+        "train on a local Dask cluster of this many worker processes (pip install gatfast[distributed]); "
+        "each computes shards of every step, or whole folds with --folds (None: this process only)",
+        "runtime",
+        int,
+        low=1,
+        high=1024,
+        optional=True,
+        recipe=False,
+    )
+    scheduler: str | None = _opt(
+        None,
+        "train on the existing Dask cluster whose scheduler has this address, e.g. tcp://127.0.0.1:8786 "
+        "(started with 'dask scheduler' and 'dask worker'; None: no cluster)",
+        "runtime",
+        str,
+        optional=True,
+        recipe=False,
+    )
+    worker_timeout: float = _opt(
+        30.0,
+        "on a cluster: seconds to wait for a worker when none is left; then the run stops with an error "
+        "(the best model so far is still saved)",
+        "runtime",
+        float,
+        low=0.0,
+        low_open=True,
         recipe=False,
     )
     seed: int = _opt(
@@ -212,6 +244,11 @@ class TrainConfig:
             object.__setattr__(self, f.name, checked)
         if self.patience == 0:
             object.__setattr__(self, "patience", None)
+        if self.scheduler is not None:
+            object.__setattr__(self, "scheduler", check_address("scheduler", self.scheduler))
+            if self.workers is not None:
+                raise ValueError("workers (start a local cluster) and scheduler (use an existing one) are "
+                                 f"alternatives: got workers={self.workers} and scheduler={self.scheduler!r}")
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -21,17 +22,19 @@ from .._signals import deferred_interrupts
 from ..data import GENERATED, GraphDataset, NodeDataset, dataset_file, load_dataset, without_edge_features
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
+from .backends import check_cluster_options, cluster_session, uses_cluster
 from .checkpoint import save_checkpoint
 from .config import TrainConfig, preset_for
+from .errors import WorkersLost
 from .evaluation import target_width
 from .loop import TrainResult, fit
 from .progress import Progress
 from .splits import fold_splits
 
-__all__ = ["build_model", "check_outputs", "dataset_source", "train"]
+__all__ = ["build_model", "check_outputs", "dataset_source", "train", "train_fold"]
 
 
-def train(dataset="karate", config=None, *, splits=None, callback=None, stream=None, **options):
+def train(dataset="karate", config=None, *, splits=None, callback=None, stream=None, client=None, **options):
     """Train a GATv2 network: the Python twin of ``gatfast train``.
 
     Parameters
@@ -53,6 +56,13 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
         ``callback(epoch, model, grads, row)`` after every epoch (see :func:`fit`).
     stream : file object, optional
         Where progress goes (default stdout).
+    client : distributed.Client, optional
+        Compute on this Dask cluster (``pip install gatfast[distributed]``):
+        every step's shards on its workers, or with ``folds`` one task per
+        fold. The options ``workers=N`` (a local cluster, started and
+        closed by the run) and ``scheduler=ADDRESS`` do the same without a
+        client; the results equal the one-process run's up to the order of
+        floating-point sums (``docs/SCALING.md``).
     **options
         Fields of :class:`TrainConfig` that replace those of ``config``
         (``epochs=50``, ``lr=0.01``, ``save="model.npz"`` ...).
@@ -73,6 +83,10 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
     ``metrics["interrupted"] = True``, and ``result.interrupted`` names the
     signal. A second one aborts at once (KeyboardInterrupt); files being
     written are left as they were. The previous handlers are restored.
+    When the cluster of a distributed run is lost (no worker left for
+    ``worker_timeout`` seconds, or no scheduler), the run stops the same
+    way, its outputs are written, and :class:`~gatfast.training.errors.WorkersLost`
+    is raised.
 
     Examples
     --------
@@ -84,7 +98,9 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
     if config is not None and not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a gatfast.TrainConfig or None, got {type(config).__name__}")
     # output paths are run options (presets never set them): check them before anything is loaded
-    diagnose_base = check_outputs((config or TrainConfig()).replace(**options), dataset)
+    early = (config or TrainConfig()).replace(**options)
+    diagnose_base = check_outputs(early, dataset)
+    _check_cluster_options(early, client, callback)
     if isinstance(dataset, (NodeDataset, GraphDataset)):
         ds, source = dataset, dataset.name
         if config is None:
@@ -122,18 +138,50 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
     progress.line(f"options: {recipe} seed={config.seed}")
     # Ctrl-C / SIGTERM: the first stops training at the end of the epoch (the
     # outputs are still written), a second one aborts at once (gatfast._signals)
-    with deferred_interrupts() as request, _runtime.threads(config.threads):
-        if config.folds is not None:
-            result = _train_folds(ds, config, callback, progress, request)
-        else:
-            model = build_model(ds, config, config.seed)
-            opt = _optimizer(model, config)
-            result = fit(model, ds, opt, config, splits=splits, callback=callback, stream=stream, stop=request)
+    with deferred_interrupts() as request, _runtime.threads(config.threads), \
+            cluster_session(config, client, progress) as session:
+        try:
+            if config.folds is not None:
+                result = _train_folds(ds, config, callback, progress, request, session)
+            else:
+                if session is not None and config.shards is None:
+                    config = config.replace(shards=session.workers)  # recorded: the run's summation order
+                model = build_model(ds, config, config.seed)
+                opt = _optimizer(model, config)
+                with session.step_executor(ds) if session is not None else nullcontext() as executor:
+                    result = fit(model, ds, opt, config, splits=splits, callback=callback, stream=stream,
+                                 stop=request, executor=executor)
+        except WorkersLost as exc:  # as a stop request: the best model so far is written, then the error
+            if exc.result is None:
+                raise
+            exc.result.config = config
+            _write_outputs(exc.result, ds, source, config)
+            raise WorkersLost(f"{exc}; {_kept(exc.result, config)}", exc.result) from None
         result.config = config
         _write_outputs(result, ds, source, config)
     if recorder is not None:
         _finish_diagnostics(recorder, progress)
     return result
+
+
+def _check_cluster_options(config, client, callback):
+    if not uses_cluster(config, client):
+        return
+    check_cluster_options(config, client)
+    if config.folds is not None and (callback is not None or config.diagnose):
+        raise ValueError("folds on a cluster run as tasks on the workers: callback and diagnose are not "
+                         "available there (run the folds in one process, or without folds)")
+
+
+def _kept(result, config):
+    """What a stopped run kept and wrote, for the error message."""
+    best = result.metrics.get("best_epoch", 0)
+    if result.folds:
+        kept = f"kept the {len(result.folds)} finished folds"
+    else:
+        kept = f"kept the best parameters (epoch {best:g})" if best else "no epoch had finished"
+    written = [p for p in (config.save, config.metrics_json) if p]
+    return kept + (f", wrote {' and '.join(written)}" if written else "")
 
 
 def _optimizer(model, config):
@@ -184,23 +232,62 @@ def check_outputs(config, dataset):
     return base
 
 
-def _train_folds(ds, config, callback, progress, stop):
-    """k-fold cross-validation; a stop request ends the current fold and skips the rest."""
-    fold_metrics, result = [], None
+def train_fold(ds, config, k, split, callback=None, stop=None):
+    """Fold ``k`` of k-fold cross-validation: a one-process :func:`fit` of a model seeded ``config.seed + k``.
+
+    Parameters
+    ----------
+    ds : GraphDataset
+    config : TrainConfig
+    k : int
+        The fold's index (0-based).
+    split : dict
+        Its ``{"train", "val", "test"}`` graph ids (from :func:`~gatfast.training.splits.fold_splits`).
+    callback, stop : callable, optional
+        As in :func:`fit`.
+
+    Returns
+    -------
+    TrainResult
+    """
+    model = build_model(ds, config, config.seed + k)
+    return fit(model, ds, _optimizer(model, config), config, splits=split, callback=callback,
+               seed=config.seed + k, quiet=True, stop=stop)
+
+
+def _train_folds(ds, config, callback, progress, stop, session=None):
+    """k-fold cross-validation; a stop request ends the current fold and skips the rest.
+
+    On a cluster every fold is a task (``session.run_folds``): the folds
+    are the same one-process runs, so the results are the same bits.
+    """
     t0 = time.perf_counter()
-    for k, split in enumerate(fold_splits(ds, config.folds, config.seed)):
-        model = build_model(ds, config, config.seed + k)
-        result = fit(
-            model, ds, _optimizer(model, config), config, splits=split, callback=callback,
-            seed=config.seed + k, quiet=True, stop=stop,
-        )
-        fold_metrics.append({k: v for k, v in result.metrics.items() if k != "interrupted"})
-        progress.line(
-            f"fold {k + 1}/{config.folds}: test accuracy {result.metrics['test_accuracy']:.4f} "
-            f"(best epoch {result.metrics['best_epoch']})"
-        )
-        if result.interrupted:
+    splits = fold_splits(ds, config.folds, config.seed)
+
+    def report(k, result):
+        progress.line(f"fold {k + 1}/{config.folds}: test accuracy {result.metrics['test_accuracy']:.4f} "
+                      f"(best epoch {result.metrics['best_epoch']})")
+
+    if session is not None:
+        try:
+            results, interrupted = session.run_folds(ds, config, splits, report, stop)
+        except WorkersLost as exc:  # exc.result: the folds that finished
+            summary = _fold_summary(exc.result, t0, "workers lost") if exc.result else None
+            raise WorkersLost(str(exc), summary) from None
+        return _fold_summary(results, t0, interrupted)
+    results = []
+    for k, split in enumerate(splits):
+        results.append(train_fold(ds, config, k, split, callback, stop))
+        report(k, results[-1])
+        if results[-1].interrupted:
             break
+    return _fold_summary(results, t0, results[-1].interrupted)
+
+
+def _fold_summary(results, t0, interrupted):
+    """One result for k-fold cross-validation: the folds' mean metrics, the last fold's model and history."""
+    fold_metrics = [{k: v for k, v in r.metrics.items() if k != "interrupted"} for r in results]
+    result = results[-1]
     metrics = {}
     for key in fold_metrics[0]:
         values = np.array([m[key] for m in fold_metrics], dtype=float)
@@ -209,11 +296,11 @@ def _train_folds(ds, config, callback, progress, stop):
             metrics[f"{key}_std"] = float(values.std())
     metrics["folds"] = len(fold_metrics)  # fewer than config.folds when interrupted
     metrics["seconds"] = time.perf_counter() - t0
-    if result.interrupted:
+    if interrupted:
         metrics["interrupted"] = True
     return TrainResult(
         model=result.model, metrics=metrics, history=result.history, folds=fold_metrics, splits=result.splits,
-        interrupted=result.interrupted,
+        interrupted=interrupted,
     )
 
 
