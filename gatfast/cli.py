@@ -1,4 +1,4 @@
-"""The ``gatfast`` command line: ``train``, ``evaluate``, ``gradcheck``, ``experiment``."""
+"""The ``gatfast`` command line: ``train``, ``sweep``, ``evaluate``, ``gradcheck``, ``experiment``."""
 
 from __future__ import annotations
 
@@ -119,6 +119,16 @@ def build_parser():
                                    "metrics. With no options: the karate club, the GAT recipe.")
     _add_train_options(p)
 
+    sw = sub.add_parser("sweep", help="train a grid of configurations, as tasks on a Dask cluster",
+                        description="Train one model per combination of the --grid values (each a one-process "
+                                    "run; with --workers N or --scheduler ADDRESS as tasks on a Dask cluster: pip "
+                                    "install gatfast[distributed]) and print a table of their final metrics.")
+    sw.add_argument("--grid", nargs="+", action="append", required=True, metavar=("OPTION", "VALUE"),
+                    help="an option and the values to try, e.g. --grid lr 0.01 0.005 --grid fanout 10,10 5,5 "
+                         "(repeat for more options; every combination is trained)")
+    sw.add_argument("--csv", metavar="PATH", help="also write the table, every metric, as CSV")
+    _add_train_options(sw)
+
     e = sub.add_parser("evaluate", help="evaluate a saved model on a dataset",
                        description="Load a checkpoint written by 'gatfast train --save' and print its metrics.")
     e.add_argument("checkpoint", help="path of the .npz checkpoint")
@@ -204,6 +214,58 @@ def _cmd_train(args):
     if result.config.save:
         print(f"model saved to {result.config.save}")
     return 0
+
+
+def _grid(specs):
+    """``--grid`` arguments as ``{option: [values]}``, each value checked as the option's flag would be."""
+    options, grid = TrainConfig.options(), {}
+    for name, *texts in specs:
+        name = name.replace("-", "_")
+        if name not in options:
+            raise CLIError(f"--grid: {name!r} is not a training option (see 'gatfast train --help')")
+        if not texts:
+            raise CLIError(f"--grid {name}: give at least one value")
+        option = options[name][1]
+        grid[name] = [_grid_value(name, option, t) for t in texts]
+    return grid
+
+
+def _grid_value(name, option, text):
+    if option.optional and text.lower() == "none":
+        return None
+    if option.kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise CLIError(f"--grid {name}: expected true or false, got {text!r}")
+        return text.lower() == "true"
+    try:
+        return _option_type(option)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise CLIError(f"--grid {name}: {exc}") from None
+
+
+def _cmd_sweep(args):
+    from . import _validate as V
+    from ._io import atomic_write_text
+    from .distributed import format_table, sweep
+
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "dataset", "preset", "grid", "csv")}
+    grid = _grid(args.grid)
+    V.check_output_paths([("--csv", args.csv)], [])
+    config = TrainConfig.preset(args.preset, **options) if args.preset else None
+    rows = sweep(args.dataset, grid, config, **options)
+    shown = [k for k in ("val_accuracy", "test_accuracy", "val_loss", "test_loss", "best_epoch", "seconds")
+             if k in rows[0]]
+    print(format_table(rows, list(grid) + shown))
+    if args.csv:
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        lines = [",".join(columns)] + [",".join(_csv_cell(row.get(c, "")) for c in columns) for row in rows]
+        atomic_write_text(args.csv, "\n".join(lines) + "\n")
+    return 0
+
+
+def _csv_cell(value):
+    text = repr(value) if isinstance(value, float) else str(value)
+    return f'"{text}"' if "," in text else text
 
 
 def _cmd_evaluate(args):
@@ -306,13 +368,13 @@ def main(argv=None):
     """Entry point of the ``gatfast`` command; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"train": _cmd_train, "evaluate": _cmd_evaluate, "gradcheck": _cmd_gradcheck,
-                "experiment": _cmd_experiment}
-    from .training import TrainingDiverged
+    handlers = {"train": _cmd_train, "sweep": _cmd_sweep, "evaluate": _cmd_evaluate,
+                "gradcheck": _cmd_gradcheck, "experiment": _cmd_experiment}
+    from .training import TrainingDiverged, WorkersLost
 
     try:
         return handlers[args.command](args)
-    except (CLIError, ValueError, TypeError, OSError, TrainingDiverged) as exc:
+    except (CLIError, ValueError, TypeError, OSError, ImportError, TrainingDiverged, WorkersLost) as exc:
         message = " ".join(str(exc).split("\n"))  # always one line
         print(f"gatfast {args.command}: error: {message}", file=sys.stderr)
         return 2

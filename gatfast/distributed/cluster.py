@@ -51,13 +51,14 @@ def local_cluster(workers, threads=None, quiet=True):
     threads : int, optional
         Numba threads per worker (default: :func:`threads_per_worker`).
     quiet : bool, default True
-        Only errors from Dask's loggers (a killed worker is otherwise a
-        page of warnings; gatfast reports what it does about it).
+        Silence Dask's loggers but for critical messages (a killed worker
+        is otherwise a page of warnings and tracebacks; gatfast handles it
+        and reports what it could not handle).
 
     Returns
     -------
     distributed.LocalCluster
-        No dashboard; random free ports on 127.0.0.1. Close it when done.
+        No dashboard; random free ports on 127.0.0.1 only. Close it when done.
     """
     if isinstance(workers, bool) or not isinstance(workers, int):
         raise TypeError(f"workers must be an int, got {type(workers).__name__}")
@@ -65,9 +66,11 @@ def local_cluster(workers, threads=None, quiet=True):
         raise ValueError(f"workers must be >= 1, got {workers}")
     threads = threads_per_worker(workers) if threads is None else int(threads)
     # the worker processes inherit this environment (PYTHONPATH included) plus these
+    # the scheduler's HTTP server (no dashboard) on a random loopback port: never 8787, which may be taken
     return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                        scheduler_port=0, dashboard_address=None, env={"NUMBA_NUM_THREADS": str(threads)},
-                        silence_logs=logging.ERROR if quiet else logging.WARNING)
+                        scheduler_port=0, dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                        env={"NUMBA_NUM_THREADS": str(threads)},
+                        silence_logs=logging.CRITICAL if quiet else logging.WARNING)
 
 
 def connect(scheduler, timeout=30.0):
@@ -136,9 +139,9 @@ def open_session(client=None, workers=None, scheduler=None, worker_timeout=30.0,
             stack.callback(_restore_environ, saved)
             cluster = stack.enter_context(local_cluster(workers))
             client = stack.enter_context(Client(cluster, set_as_default=False))
-            where = f"a local cluster of {workers} worker processes ({threads_per_worker(workers)} Numba threads each)"
+            where = f"a local cluster of {workers} worker processes ({threads_per_worker(workers)} Numba thread(s) each)"
         elif scheduler is not None:
-            client = stack.enter_context(connect(scheduler))
+            client = stack.enter_context(connect(scheduler, timeout=worker_timeout))
             where = f"the cluster at {client.scheduler.address}"
         else:
             where = f"the cluster at {client.scheduler.address}"

@@ -106,20 +106,8 @@ class ShardExecutor:
         self._place_dataset()
         self.dataset_seconds = time.perf_counter() - start
 
-    def _scatter(self, value):
-        """``value`` on every worker, as one future (waits for a worker if there is none)."""
-        for _ in range(2):
-            try:
-                [future] = self.client.scatter([value], broadcast=True, hash=False)
-                return future
-            except TimeoutError:  # no worker to scatter to: wait for one, then once more
-                self.watch.ensure_workers()
-            except CONNECTION_ERRORS as exc:
-                raise WorkersLost(f"lost the connection to the scheduler ({type(exc).__name__}: {exc})") from None
-        raise WorkersLost("no worker accepted the data (the cluster keeps losing its workers)")
-
     def _place_dataset(self):
-        self._data = self._scatter(self.dataset)
+        self._data = self.watch.scatter(self.dataset)
 
     def close(self):
         """Release the dataset on the workers (the executor cannot be used afterwards)."""
@@ -144,7 +132,7 @@ class ShardExecutor:
         if self.profile:
             timing.payload_bytes = len(pickle.dumps(payload, protocol=5))
         step = BatchPlan(plan.epoch, plan.index, _NO_ITEMS)
-        sent = self._scatter(payload)
+        sent = self.watch.scatter(payload)
         timing.send = time.perf_counter() - start
         tag = f"gatfast-shard-e{plan.epoch}-b{plan.index}-{uuid.uuid4().hex[:8]}"
         todo = list(range(len(shards)))
@@ -164,8 +152,9 @@ class ShardExecutor:
             t = time.perf_counter()
             try:
                 gathered = self.client.gather([futures[i] for i in finished])
-            except CONNECTION_ERRORS as exc:
-                raise WorkersLost(f"lost the connection to the scheduler ({type(exc).__name__}: {exc})") from None
+            except CONNECTION_ERRORS:  # a worker holding a result died meanwhile: compute those again
+                self.watch.workers()  # WorkersLost if it is the scheduler that is gone
+                finished, lost, gathered = [], sorted(lost + finished), []
             timing.gather += time.perf_counter() - t
             for i, (result, seconds) in zip(finished, gathered):
                 results[todo[i]] = result
@@ -178,7 +167,7 @@ class ShardExecutor:
             if self._data.status != "finished":
                 self._place_dataset()
             if sent.status != "finished":
-                sent = self._scatter(payload)
+                sent = self.watch.scatter(payload)
         else:
             raise WorkersLost(f"epoch {plan.epoch}, batch {plan.index}: the inputs of {len(todo)} shard(s) were "
                               f"lost {self.attempts + 1} times with the workers holding them")

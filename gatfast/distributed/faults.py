@@ -52,8 +52,11 @@ class Watch:
         try:
             return dict(self.client.nthreads())
         except CONNECTION_ERRORS as exc:
-            raise WorkersLost(f"lost the connection to the scheduler at {self.client.scheduler.address} "
+            raise WorkersLost(f"lost the connection to the scheduler at {self._address()} "
                               f"({type(exc).__name__}: {exc})") from None
+
+    def _address(self):
+        return getattr(self.client.scheduler, "address", "?")
 
     def wait(self, futures, first=False, stop=None):
         """Block until every future (or, with ``first``, one of them) is finished, failed or cancelled.
@@ -82,7 +85,27 @@ class Watch:
             elif alone_since is None:
                 alone_since = time.monotonic()
             elif time.monotonic() - alone_since > self.timeout:
-                raise WorkersLost(f"lost all workers of the cluster (none for {self.timeout:g} s)")
+                raise WorkersLost(f"lost all workers of the cluster at {self._address()} (none for {self.timeout:g} s)")
+
+    def scatter(self, value):
+        """``value`` on every worker (``broadcast=True``), as one future.
+
+        A worker dying during the scatter (the scheduler cannot reach it
+        yet knows no better) or no worker at all makes the scatter fail:
+        it is tried again, after :meth:`ensure_workers`, for up to ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                # timeout: how long the scheduler waits for a worker to scatter to (then we check why)
+                [future] = self.client.scatter([value], broadcast=True, hash=False, timeout=min(self.timeout, 2.0))
+                return future
+            except CONNECTION_ERRORS as exc:
+                self.ensure_workers()  # WorkersLost when the scheduler is gone or no worker comes
+                if time.monotonic() > deadline:
+                    raise WorkersLost(f"could not send data to the workers for {self.timeout:g} s "
+                                      f"({type(exc).__name__}: {exc})") from None
+                time.sleep(min(self.poll, 0.2))
 
     def ensure_workers(self):
         """The workers now, after waiting up to ``timeout`` seconds for the first one."""
@@ -92,8 +115,7 @@ class Watch:
             if workers:
                 return workers
             if time.monotonic() > deadline:
-                raise WorkersLost(f"the cluster at {self.client.scheduler.address} has no worker "
-                                  f"(waited {self.timeout:g} s)")
+                raise WorkersLost(f"no worker in the cluster at {self._address()} (waited {self.timeout:g} s)")
             time.sleep(min(self.poll, 0.2))
 
 

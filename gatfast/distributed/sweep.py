@@ -104,13 +104,13 @@ def _load(dataset, config):
 
 def _on_cluster(session, loaded, configs, points, say):
     client, watch = session.client, session.watch
-    data = {key: client.scatter([ds], broadcast=True, hash=False)[0] for key, ds in loaded.items()}
+    data = {key: watch.scatter(ds) for key, ds in loaded.items()}
     tag = uuid.uuid4().hex[:8]
 
     def submit(i):
         key, cfg = configs[i]
         if data[key].status != "finished":  # every copy was lost with its workers: send it again
-            data[key] = client.scatter([loaded[key]], broadcast=True, hash=False)[0]
+            data[key] = watch.scatter(loaded[key])
         return client.submit(run_config, data[key], cfg, key=f"gatfast-sweep-{i}-{tag}", pure=False)
 
     pending = {i: submit(i) for i in range(len(configs))}
@@ -150,7 +150,7 @@ def _printer(stream, quiet):
 
 
 def _text(value):
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def format_table(rows, columns=None):

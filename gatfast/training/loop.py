@@ -231,7 +231,8 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         Classification data with fewer than two classes among its training labels.
     WorkersLost
         The executor lost its cluster: ``exc.result`` is the run up to then
-        (the best parameters so far, ``interrupted="workers lost"``).
+        (the best parameters so far, ``interrupted="workers lost"``), or
+        None if no epoch had finished (the model has its initial parameters).
     """
     config = (config or TrainConfig()).replace(**options)
     if callback is not None and not callable(callback):
@@ -323,7 +324,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         interrupted=interrupted,
     )
     if lost is not None:
-        lost.result = result
+        lost.result = result if history else None  # no epoch finished: nothing worth keeping
         raise lost
     return result
 

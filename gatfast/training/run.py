@@ -153,7 +153,7 @@ def train(dataset="karate", config=None, *, splits=None, callback=None, stream=N
                                  stop=request, executor=executor)
         except WorkersLost as exc:  # as a stop request: the best model so far is written, then the error
             if exc.result is None:
-                raise
+                raise WorkersLost(f"{exc}; no epoch had finished: nothing was written") from None
             exc.result.config = config
             _write_outputs(exc.result, ds, source, config)
             raise WorkersLost(f"{exc}; {_kept(exc.result, config)}", exc.result) from None
