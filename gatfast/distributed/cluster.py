@@ -146,23 +146,28 @@ def open_session(client=None, workers=None, scheduler=None, worker_timeout=30.0,
         raise TypeError(f"client must be a distributed.Client, got {type(client).__name__}")
     with contextlib.ExitStack() as stack:
         if workers is not None:
-            saved = dict(os.environ)  # the nannies run here and set OMP_NUM_THREADS & co. in this process
-            stack.callback(_restore_environ, saved)
+            # the nannies run in this process and put their pre-spawn variables (OMP_NUM_THREADS=1 ...)
+            # into its environment, where later child processes would inherit them: put them back after
+            stack.callback(_restore_environ, {k: os.environ.get(k) for k in _nanny_variables()})
             cluster = stack.enter_context(local_cluster(workers))
             client = stack.enter_context(Client(cluster, set_as_default=False))
-            where = f"a local cluster of {workers} worker processes ({threads_per_worker(workers)} Numba thread(s) each)"
         elif scheduler is not None:
             client = stack.enter_context(connect(scheduler, timeout=worker_timeout))
-            where = f"the cluster at {client.scheduler.address}"
-        else:
-            where = f"the cluster at {client.scheduler.address}"
         session = Session(client, worker_timeout, progress)
         if progress is not None:
-            progress.line(f"cluster: {where}, {session.workers} workers")
+            where = (f"{workers} local worker processes, {threads_per_worker(workers)} Numba thread(s) each"
+                     if workers is not None else f"{session.workers} workers at {client.scheduler.address}")
+            progress.line(f"cluster: {where}")
         yield session
 
 
+def _nanny_variables():
+    return {"PYTHONHASHSEED", *dask.config.get("distributed.nanny.pre-spawn-environ", {})}
+
+
 def _restore_environ(saved):
-    for key in set(os.environ) - set(saved):
-        del os.environ[key]
-    os.environ.update(saved)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -2,13 +2,16 @@
 
 Data placement and traffic (``docs/SCALING.md`` has the measured figures):
 
-* the dataset is scattered **once per run**, to every worker
-  (``broadcast=True``): each copy is a replica, so a worker that dies
-  loses nothing the others lack, and this process keeps its own copy to
-  send again if every copy is lost;
+* the dataset is sent **once per run**, and copied to every worker before
+  the first step (:meth:`Watch.scatter` with ``everywhere``): each copy is
+  a replica, so a worker that dies loses nothing the others lack, and this
+  process keeps its own copy to send again if every copy is lost;
 * the parameters go out **once per step**, with the model's specification
   and the options, as one scattered payload (:class:`StepPayload`) that
-  every shard task of the step refers to;
+  every shard task of the step refers to; Dask copies it from worker to
+  worker as the tasks need it;
+* shard ``i`` goes to worker ``i mod W`` (a loose restriction: another
+  worker runs it if that one dies);
 * each task sends back its shard's loss sum, item count and gradient dict
   (the size of the parameters) and the seconds it computed;
 * this process adds the shard results **in shard order**
@@ -39,7 +42,8 @@ _NO_ITEMS = np.empty(0, dtype=np.int64)  # the tasks get their shard's items, no
 class StepTiming:
     """Where one step's time went (seconds) and what it sent (bytes; measured with ``profile=True``).
 
-    ``send``: pickling and scattering the parameters; ``wait``: from the
+    ``send``: pickling and scattering the parameters, and asking the
+    scheduler for the workers (to place the shards); ``wait``: from the
     first submission until every shard is done; ``gather``: fetching the
     results; ``compute``: the seconds inside each shard task; ``wall``:
     the whole call. ``wait - max(compute)`` is the scheduling and
@@ -107,7 +111,7 @@ class ShardExecutor:
         self.dataset_seconds = time.perf_counter() - start
 
     def _place_dataset(self):
-        self._data = self.watch.scatter(self.dataset)
+        self._data = self.watch.scatter(self.dataset, everywhere=True)
 
     def close(self):
         """Release the dataset on the workers (the executor cannot be used afterwards)."""
@@ -133,13 +137,16 @@ class ShardExecutor:
             timing.payload_bytes = len(pickle.dumps(payload, protocol=5))
         step = BatchPlan(plan.epoch, plan.index, _NO_ITEMS)
         sent = self.watch.scatter(payload)
+        places = self.watch.placement(len(shards))
         timing.send = time.perf_counter() - start
         tag = f"gatfast-shard-e{plan.epoch}-b{plan.index}-{uuid.uuid4().hex[:8]}"
         todo = list(range(len(shards)))
         results = [None] * len(shards)
         for attempt in range(self.attempts + 1):
+            if attempt:
+                places = self.watch.placement(len(shards))
             futures = [self.client.submit(compute_shard, self._data, sent, step, shards[i], key=f"{tag}-{i}-{attempt}",
-                                          pure=False) for i in todo]
+                                          workers=places[i], allow_other_workers=True, pure=False) for i in todo]
             t = time.perf_counter()
             self.watch.wait(futures)
             timing.wait += time.perf_counter() - t

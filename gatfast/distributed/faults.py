@@ -19,6 +19,7 @@ import time
 from distributed.scheduler import KilledWorker
 
 from ..training.errors import WorkersLost
+from .tasks import hold
 
 __all__ = ["KilledWorker", "Watch", "split_done"]
 
@@ -87,25 +88,45 @@ class Watch:
             elif time.monotonic() - alone_since > self.timeout:
                 raise WorkersLost(f"lost all workers of the cluster at {self._address()} (none for {self.timeout:g} s)")
 
-    def scatter(self, value):
-        """``value`` on every worker (``broadcast=True``), as one future.
+    def scatter(self, value, everywhere=False):
+        """``value`` sent once, to one worker, as a future; Dask copies it to the workers whose tasks need it.
 
-        A worker dying during the scatter (the scheduler cannot reach it
-        yet knows no better) or no worker at all makes the scatter fail:
-        it is tried again, after :meth:`ensure_workers`, for up to ``timeout`` seconds.
+        With ``everywhere``, one small task per worker reads it now, so that
+        every worker holds a replica before the run starts (tasks are then
+        placed by load, not by where the data is, and a dead worker loses
+        nothing the others lack). Not ``scatter(broadcast=True)``: Dask's
+        replication retries for ever when a worker dies during it.
+
+        A scatter that fails (no worker yet, or one that died and the
+        scheduler has not noticed) is tried again, after
+        :meth:`ensure_workers`, for up to ``timeout`` seconds.
         """
         deadline = time.monotonic() + self.timeout
         while True:
             try:
                 # timeout: how long the scheduler waits for a worker to scatter to (then we check why)
-                [future] = self.client.scatter([value], broadcast=True, hash=False, timeout=min(self.timeout, 2.0))
-                return future
+                [future] = self.client.scatter([value], hash=False, timeout=min(self.timeout, 2.0))
+                break
             except CONNECTION_ERRORS as exc:
                 self.ensure_workers()  # WorkersLost when the scheduler is gone or no worker comes
                 if time.monotonic() > deadline:
                     raise WorkersLost(f"could not send data to the workers for {self.timeout:g} s "
                                       f"({type(exc).__name__}: {exc})") from None
                 time.sleep(min(self.poll, 0.2))
+        if everywhere:
+            self.wait([self.client.submit(hold, future, workers=[w], allow_other_workers=True, pure=False)
+                       for w in self.workers()])
+        return future
+
+    def placement(self, count):
+        """A worker address for each of ``count`` tasks, round robin over the workers now (None: no worker).
+
+        Used as a loose restriction (``allow_other_workers=True``): the shards
+        of a step are spread over the workers, and a task whose worker has
+        died runs on another.
+        """
+        workers = sorted(self.workers())
+        return [[workers[i % len(workers)]] if workers else None for i in range(count)]
 
     def ensure_workers(self):
         """The workers now, after waiting up to ``timeout`` seconds for the first one."""

@@ -50,7 +50,7 @@ def run_folds(client, dataset, config, splits, report, stop, watch):
     WorkersLost
         With ``result`` the list of the folds that finished.
     """
-    data = watch.scatter(dataset)
+    data = watch.scatter(dataset, everywhere=True)
     tag = uuid.uuid4().hex[:8]
 
     def submit(k):
@@ -67,7 +67,7 @@ def run_folds(client, dataset, config, splits, report, stop, watch):
                 del pending[k]
                 if future.status == "cancelled":  # every copy of the dataset was lost: send it again
                     if data.status != "finished":
-                        data = watch.scatter(dataset)
+                        data = watch.scatter(dataset, everywhere=True)
                     pending[k] = submit(k)
                 elif future.status == "error" and isinstance(future.exception(), KilledWorker):
                     raise WorkersLost(f"fold {k + 1} was running on workers that died, again and again (out of "

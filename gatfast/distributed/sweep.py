@@ -79,9 +79,8 @@ def sweep(dataset, grid, config=None, *, client=None, stream=None, **options):
         key = (raw.dtype, raw.normalize_features)
         if key not in loaded:
             loaded[key] = _load(dataset, raw)
-        ds = loaded[key]
-        cfg = raw if config is not None or not isinstance(ds, (NodeDataset, GraphDataset)) else \
-            TrainConfig.preset(preset_for(ds), **options, **point)
+        # as gatfast.train: the caller's config, else the preset for the dataset's task
+        cfg = raw if config is not None else TrainConfig.preset(preset_for(loaded[key]), **options, **point)
         configs.append((key, cfg))
     say = _printer(stream, base.quiet)
     if client is None and base.workers is None and base.scheduler is None:
@@ -104,13 +103,13 @@ def _load(dataset, config):
 
 def _on_cluster(session, loaded, configs, points, say):
     client, watch = session.client, session.watch
-    data = {key: watch.scatter(ds) for key, ds in loaded.items()}
+    data = {key: watch.scatter(ds, everywhere=True) for key, ds in loaded.items()}
     tag = uuid.uuid4().hex[:8]
 
     def submit(i):
         key, cfg = configs[i]
         if data[key].status != "finished":  # every copy was lost with its workers: send it again
-            data[key] = watch.scatter(loaded[key])
+            data[key] = watch.scatter(loaded[key], everywhere=True)
         return client.submit(run_config, data[key], cfg, key=f"gatfast-sweep-{i}-{tag}", pure=False)
 
     pending = {i: submit(i) for i in range(len(configs))}

@@ -22,7 +22,7 @@ from ..training import TrainConfig, train
 from ..training.run import train_fold
 from ..training.steps import shard_gradients
 
-__all__ = ["StepPayload", "compute_shard", "run_config", "run_fold", "worker_info"]
+__all__ = ["StepPayload", "compute_shard", "hold", "run_config", "run_fold", "worker_info"]
 
 _local = threading.local()  # a worker thread's model: (configuration key, GATv2Network)
 
@@ -103,6 +103,11 @@ def run_config(dataset, config):
     result = train(dataset, config.replace(workers=None, scheduler=None, quiet=True, save=None,
                                            metrics_json=None, diagnose=False))
     return result.metrics
+
+
+def hold(value):
+    """Nothing: a task that makes its worker fetch ``value`` (and keep it while the value is referenced)."""
+    return None
 
 
 def worker_info():
