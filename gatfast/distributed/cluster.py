@@ -20,6 +20,14 @@ a MUTAG fold ran 1.5x slower (3.0 s against 2.0 s, measured). The local
 cluster leaves the variable unset; start ``dask worker`` with
 ``--no-nanny``, or with ``MALLOC_TRIM_THRESHOLD_: null`` under
 ``distributed.nanny.pre-spawn-environ`` in its Dask configuration file.
+
+Replicas. The dataset is copied to every worker once, but the scheduler's
+Active Memory Manager (on by default) drops replicas that no waiting task
+needs, every 2 s: a worker then fetches the dataset again at its next
+step, and a worker's death can take the last copy (gatfast then sends it
+again). The local cluster runs without it; start ``dask scheduler`` with
+``DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START=False`` (the
+session says so when it finds it running).
 """
 
 from __future__ import annotations
@@ -77,7 +85,8 @@ def local_cluster(workers, threads=None, quiet=True):
     threads = threads_per_worker(workers) if threads is None else int(threads)
     # the worker processes inherit this environment (PYTHONPATH included) plus these
     # the scheduler's HTTP server (no dashboard) on a random loopback port: never 8787, which may be taken
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+                          "distributed.scheduler.active-memory-manager.start": False}):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                             scheduler_port=0, dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
                             env={"NUMBA_NUM_THREADS": str(threads)},
@@ -158,7 +167,18 @@ def open_session(client=None, workers=None, scheduler=None, worker_timeout=30.0,
             where = (f"{workers} local worker processes, {threads_per_worker(workers)} Numba thread(s) each"
                      if workers is not None else f"{session.workers} workers at {client.scheduler.address}")
             progress.line(f"cluster: {where}")
+            if workers is None and _amm_running(client):
+                progress.line("cluster: the scheduler's Active Memory Manager drops the dataset's replicas between "
+                              "steps (workers fetch it again); start the scheduler with "
+                              "DASK_DISTRIBUTED__SCHEDULER__ACTIVE_MEMORY_MANAGER__START=False")
         yield session
+
+
+def _amm_running(client):
+    try:
+        return bool(client.amm.running())
+    except Exception:  # an older scheduler without the extension: nothing to say
+        return False
 
 
 def _nanny_variables():

@@ -88,6 +88,8 @@ class ShardExecutor:
         One entry per step.
     dataset_seconds : float
         Time to place the dataset on the workers.
+    dataset_future : distributed.Future
+        The dataset on the cluster (None once closed).
 
     Examples
     --------
@@ -105,19 +107,19 @@ class ShardExecutor:
         self.profile = bool(profile)
         self.stats = []
         self.default_shards = len(self.watch.ensure_workers())
-        self._data = None
+        self.dataset_future = None
         start = time.perf_counter()
         self._place_dataset()
         self.dataset_seconds = time.perf_counter() - start
 
     def _place_dataset(self):
-        self._data = self.watch.scatter(self.dataset, everywhere=True)
+        self.dataset_future = self.watch.scatter(self.dataset, everywhere=True)
 
     def close(self):
         """Release the dataset on the workers (the executor cannot be used afterwards)."""
-        if self._data is not None:
-            self._data.release()
-            self._data = None
+        if self.dataset_future is not None:
+            self.dataset_future.release()
+            self.dataset_future = None
 
     def __enter__(self):
         return self
@@ -128,7 +130,7 @@ class ShardExecutor:
 
     def __call__(self, model, plan, shards, config):
         """The :class:`~gatfast.training.steps.ShardResult` of every shard of step ``plan``, in shard order."""
-        if self._data is None:
+        if self.dataset_future is None:
             raise RuntimeError("this ShardExecutor was closed")
         start = time.perf_counter()
         timing = StepTiming(len(shards))
@@ -145,7 +147,7 @@ class ShardExecutor:
         for attempt in range(self.attempts + 1):
             if attempt:
                 places = self.watch.placement(len(shards))
-            futures = [self.client.submit(compute_shard, self._data, sent, step, shards[i], key=f"{tag}-{i}-{attempt}",
+            futures = [self.client.submit(compute_shard, self.dataset_future, sent, step, shards[i], key=f"{tag}-{i}-{attempt}",
                                           workers=places[i], allow_other_workers=True, pure=False) for i in todo]
             t = time.perf_counter()
             self.watch.wait(futures)
@@ -171,7 +173,7 @@ class ShardExecutor:
             # every copy of an input was on workers that died: send it again, recompute those shards
             timing.retries += 1
             todo = [todo[i] for i in lost]
-            if self._data.status != "finished":
+            if self.dataset_future.status != "finished":
                 self._place_dataset()
             if sent.status != "finished":
                 sent = self.watch.scatter(payload)
