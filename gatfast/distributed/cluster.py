@@ -43,6 +43,7 @@ from ..training.options import check_address
 from .executor import ShardExecutor
 from .faults import Watch
 from .folds import run_folds
+from .tasks import IgnoreInterrupts
 
 __all__ = ["Session", "connect", "local_cluster", "open_session", "threads_per_worker"]
 
@@ -160,6 +161,7 @@ def open_session(client=None, workers=None, scheduler=None, worker_timeout=30.0,
             stack.callback(_restore_environ, {k: os.environ.get(k) for k in _nanny_variables()})
             cluster = stack.enter_context(local_cluster(workers))
             client = stack.enter_context(Client(cluster, set_as_default=False))
+            client.register_plugin(IgnoreInterrupts())  # Ctrl-C at a terminal reaches them too
         elif scheduler is not None:
             client = stack.enter_context(connect(scheduler, timeout=worker_timeout))
         session = Session(client, worker_timeout, progress)

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
 
 import numba
+from distributed import WorkerPlugin
 
 from ..models.network import GATv2Network
 from ..training import TrainConfig, train
 from ..training.run import train_fold
 from ..training.steps import shard_gradients
 
-__all__ = ["StepPayload", "compute_shard", "hold", "run_config", "run_fold", "worker_info"]
+__all__ = ["IgnoreInterrupts", "StepPayload", "compute_shard", "hold", "run_config", "run_fold", "worker_info"]
 
 _local = threading.local()  # a worker thread's model: (configuration key, GATv2Network)
 
@@ -114,3 +116,18 @@ def worker_info():
     """``{"pid", "numba_threads", "numba_max_threads"}`` of the worker running this task."""
     return {"pid": os.getpid(), "numba_threads": numba.get_num_threads(),
             "numba_max_threads": numba.config.NUMBA_NUM_THREADS}
+
+
+class IgnoreInterrupts(WorkerPlugin):
+    """Workers of a local cluster ignore SIGINT: Ctrl-C is for the process that runs the training.
+
+    A terminal sends Ctrl-C to its whole foreground process group, the
+    local cluster's workers included; without this they would die (and
+    be restarted) while the training process stops at the end of the epoch.
+    """
+
+    name = "gatfast-ignore-sigint"
+
+    def setup(self, worker):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
