@@ -16,14 +16,26 @@ from .training import (
     TrainConfig,
     TrainingDiverged,
     TrainResult,
+    WorkersLost,
     evaluate,
     fit,
     load_checkpoint,
     save_checkpoint,
     train,
 )
+from .training import backends as _backends
 
 __version__ = "0.2.0"
+
+
+def _open_cluster(**options):
+    # train(client=...), workers=, scheduler=: gatfast.distributed (and dask) imported on first use only
+    from .distributed.cluster import open_session
+
+    return open_session(**options)
+
+
+_backends.register_cluster_provider(_open_cluster)
 
 __all__ = [
     "CSRGraph",
@@ -41,6 +53,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "TrainingDiverged",
+    "WorkersLost",
     "batch_graphs",
     "clip_grad_norm",
     "data",

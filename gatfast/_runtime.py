@@ -72,7 +72,7 @@ def run_rows(kernel, count, args, work):
     :data:`CHUNKS_PER_THREAD` chunks per thread.
     """
     workers = numba.get_num_threads()
-    pieces = min(count, workers * CHUNKS_PER_THREAD, work // SERIAL_WORK)
+    pieces = min(count, workers * CHUNKS_PER_THREAD, work // max(SERIAL_WORK, 1))
     if workers <= 1 or pieces <= 1:
         kernel(0, count, *args)
         return

@@ -17,7 +17,7 @@ import pytest
 import gatfast
 
 #: module prefix -> the optional package its examples import
-OPTIONAL = {"gatfast.estimators": "sklearn"}
+OPTIONAL = {"gatfast.estimators": "sklearn", "gatfast.distributed": "distributed"}
 #: importing these runs or warns (the CLI entry point, the deprecated aliases of gatfast 0.2)
 EXCLUDED = {
     "gatfast.__main__",

@@ -2,7 +2,7 @@
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import PRESETS, TrainConfig, preset_for
-from .errors import TrainingDiverged
+from .errors import TrainingDiverged, WorkersLost
 from .evaluation import evaluate
 from .loop import TrainResult, fit
 from .run import build_model, train
@@ -12,6 +12,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "TrainingDiverged",
+    "WorkersLost",
     "build_model",
     "evaluate",
     "fit",

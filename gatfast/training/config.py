@@ -18,11 +18,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validate as V
-from .options import Option
+from .options import Option, check_address
 from .options import option_field as _opt
+from .presets import PRESETS, preset_for
 
 __all__ = ["PRESETS", "Option", "TrainConfig", "preset_for"]
-
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,10 @@ class TrainConfig:
     )
     # ------------------------------------------------------------------ data
     edge_features: bool = _opt(
-        True, "use the dataset's edge features when it has some (MUTAG's bond types, road-scene geometry)",
-        "data", bool,
+        True,
+        "use the dataset's edge features when it has some (MUTAG's bond types, road-scene geometry)",
+        "data",
+        bool,
     )
     normalize_features: bool = _opt(
         True, "row-normalise node features as PyG's NormalizeFeatures", "data", bool
@@ -160,13 +162,45 @@ class TrainConfig:
         optional=True,
     )
     # ------------------------------------------------------------------ runtime
-    shards: int = _opt(
-        1,
+    shards: int | None = _opt(
+        None,
         "split every batch into this many shards whose gradients are added in a fixed order (the unit of "
-        "data-parallel work; the result does not depend on it beyond rounding)",
+        "data-parallel work; the result does not depend on it beyond rounding; None: 1 in one process, one "
+        "per worker on a cluster)",
         "runtime",
         int,
         low=1,
+        optional=True,
+        recipe=False,
+    )
+    workers: int | None = _opt(
+        None,
+        "train on a local Dask cluster of this many worker processes (pip install gatfast[distributed]); "
+        "each computes shards of every step, or whole folds with --folds (None: this process only)",
+        "runtime",
+        int,
+        low=1,
+        high=1024,
+        optional=True,
+        recipe=False,
+    )
+    scheduler: str | None = _opt(
+        None,
+        "train on the existing Dask cluster whose scheduler has this address, e.g. tcp://127.0.0.1:8786 "
+        "(started with 'dask scheduler' and 'dask worker'; None: no cluster)",
+        "runtime",
+        str,
+        optional=True,
+        recipe=False,
+    )
+    worker_timeout: float = _opt(
+        30.0,
+        "on a cluster: seconds to wait for a worker when none is left; then the run stops with an error "
+        "(the best model so far is still saved)",
+        "runtime",
+        float,
+        low=0.0,
+        low_open=True,
         recipe=False,
     )
     seed: int = _opt(
@@ -212,6 +246,13 @@ class TrainConfig:
             object.__setattr__(self, f.name, checked)
         if self.patience == 0:
             object.__setattr__(self, "patience", None)
+        if self.scheduler is not None:
+            object.__setattr__(self, "scheduler", check_address("scheduler", self.scheduler))
+            if self.workers is not None:
+                raise ValueError(
+                    "workers (start a local cluster) and scheduler (use an existing one) are "
+                    f"alternatives: got workers={self.workers} and scheduler={self.scheduler!r}"
+                )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -331,52 +372,3 @@ def _known(values):
     if unknown:
         raise TypeError(f"unknown training option(s) {unknown}; the options are {sorted(names)}")
     return dict(values)
-
-
-#: Recipes that differ from the defaults (the GAT recipe). ``"tu"``: graph
-#: classification of small molecules (MUTAG underfit at lr 0.005 / patience
-#: 50; sum pooling counts atoms, which mean cannot: 10-fold accuracy
-#: 0.72 -> 0.78). ``"scenes"``: per-node regression on many small graphs.
-PRESETS = {
-    "gat": {},
-    "tu": {
-        "layers": 3,
-        "hidden": 16,
-        "heads": 4,
-        "dropout": 0.0,
-        "attention_dropout": 0.0,
-        "lr": 0.01,
-        "weight_decay": 1e-4,
-        "readout": "sum",
-    },
-    "scenes": {
-        "layers": 3,
-        "hidden": 16,
-        "heads": 4,
-        "dropout": 0.0,
-        "attention_dropout": 0.0,
-        "lr": 0.01,
-        "weight_decay": 1e-4,
-    },
-}
-
-
-def preset_for(dataset):
-    """The name of the preset that suits ``dataset``'s task.
-
-    Parameters
-    ----------
-    dataset : NodeDataset or GraphDataset
-        The dataset to train on.
-
-    Returns
-    -------
-    str
-        ``"gat"`` for node datasets, ``"tu"`` for graph classification,
-        ``"scenes"`` for per-node regression on many graphs.
-    """
-    from ..data import GraphDataset
-
-    if not isinstance(dataset, GraphDataset):
-        return "gat"
-    return "tu" if dataset.task == "graph_classification" else "scenes"

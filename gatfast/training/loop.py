@@ -15,12 +15,12 @@ from ..data import GraphDataset
 from ..models.network import GATv2Network
 from ..sampling import NeighborSampler
 from .config import TrainConfig
-from .errors import NonFiniteOutput, TrainingDiverged
+from .errors import NonFiniteOutput, TrainingDiverged, WorkersLost
 from .evaluation import check_compatible, evaluate_splits, node_targets, task_metrics
 from .inference import node_outputs
 from .progress import Progress
 from .splits import check_splits, default_graph_splits
-from .steps import add_shards, apply_step, epoch_plans, shard_gradients, split_shards
+from .steps import add_shards, apply_step, epoch_plans, shard_gradients, shard_inputs, split_shards
 
 __all__ = ["BLOWUP_FACTOR", "TrainResult", "blown_up", "constant_loss", "fit"]
 
@@ -209,7 +209,12 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     executor : callable, optional
         ``executor(model, plan, shards, config) -> list of ShardResult``
         computes a step's shards elsewhere (``gatfast.distributed``); the
-        default computes them here, one after the other.
+        default computes them here, one after the other. With
+        ``config.shards`` None a batch is cut into ``executor.default_shards``
+        shards (one per worker; 1 without an executor). An executor that
+        loses its cluster raises :class:`~gatfast.training.errors.WorkersLost`:
+        ``fit`` then restores the best parameters so far, as a stop request
+        would, and raises it again with the evaluated result attached.
     **options
         Fields of :class:`TrainConfig` that replace those of ``config``.
 
@@ -227,6 +232,10 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         parameters found before (its initial ones if that was epoch 1).
     ValueError
         Classification data with fewer than two classes among its training labels.
+    WorkersLost
+        The executor lost its cluster: ``exc.result`` is the run up to then
+        (the best parameters so far, ``interrupted="workers lost"``), or
+        None if no epoch had finished (the model has its initial parameters).
     """
     config = (config or TrainConfig()).replace(**options)
     if callback is not None and not callable(callback):
@@ -238,7 +247,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     epochs, patience = config.epochs, config.patience
     params = model.parameters()
     t0 = time.perf_counter()
-    history, best, best_params, best_epoch, interrupted = [], None, None, 0, None
+    history, best, best_params, best_epoch, interrupted, lost = [], None, None, 0, None, None
     best_acc, best_loss, since = -math.inf, math.inf, 0
     graph_level = isinstance(dataset, GraphDataset)
     if graph_level:
@@ -258,7 +267,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
             for epoch in range(1, epochs + 1):
                 with _divergence(epoch, "an activation inside the model"):
                     loss, grads, first = _run_epoch(model, dataset, optimizer, config, splits, epoch, executor,
-                                                    sampler, progress)
+                                                    sampler, progress, callback is not None)
                 _check_finite_params(params, epoch)
                 with _divergence(epoch, "an activation inside the model after the update"):
                     metrics = evaluate_splits(model, dataset, splits if graph_level else None, outputs)
@@ -301,13 +310,15 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         except TrainingDiverged:
             model.load_parameters(best_params if best_params is not None else initial)
             raise
+        except WorkersLost as exc:  # as a stop request: the epoch's partial updates are dropped
+            interrupted, lost = "workers lost", WorkersLost(f"{exc} (during epoch {epoch})")
 
-    model.load_parameters(best_params)
+    model.load_parameters(best_params if best_params is not None else initial)
     final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None, outputs))
     final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
     if interrupted:
         final["interrupted"] = True
-    return TrainResult(
+    result = TrainResult(
         model=model,
         metrics=final,
         history=history,
@@ -315,6 +326,10 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
         config=config,
         interrupted=interrupted,
     )
+    if lost is not None:
+        lost.result = result if history else None  # no epoch finished: nothing worth keeping
+        raise lost
+    return result
 
 
 def _sampled_setup(model, dataset, config):
@@ -339,16 +354,17 @@ def _local_shards(model, dataset, plan, shards, config, sampled):
     return [shard_gradients(model, dataset, plan, items, config) for items in shards]
 
 
-def _run_epoch(model, dataset, optimizer, config, splits, epoch, executor, sampler, progress):
+def _run_epoch(model, dataset, optimizer, config, splits, epoch, executor, sampler, progress, want_batch):
     """Every step of one epoch; returns the mean training loss, the first step's gradients and batch."""
     plans = epoch_plans(dataset, config, splits, epoch)
+    parts = config.shards if config.shards is not None else getattr(executor, "default_shards", 1)
     # sampled training: the sampler yields the same batches as the plans (same keys), one ahead
-    batches = sampler.epoch(epoch) if sampler is not None and config.shards == 1 and executor is None else None
+    batches = sampler.epoch(epoch) if sampler is not None and parts == 1 and executor is None else None
     loss_sum, count, first = 0.0, 0, None
     with progress.batches(len(plans), epoch) as tick:
         for plan in plans:
             sampled = next(batches) if batches is not None else None
-            shards = split_shards(plan.items, config.shards)
+            shards = split_shards(plan.items, parts)
             if executor is None:
                 results = _local_shards(model, dataset, plan, shards, config, sampled)
             else:
@@ -358,6 +374,9 @@ def _run_epoch(model, dataset, optimizer, config, splits, epoch, executor, sampl
             loss_sum += total.loss_sum
             count += total.count
             if first is None:
-                first = (total.grads, total.batch)
+                batch = total.batch  # an executor sends no batch back: rebuilt here for the callback
+                if batch is None and want_batch:
+                    batch = shard_inputs(model, dataset, plan, shards[0], config)
+                first = (total.grads, batch or {})
             tick()
     return loss_sum / count, first[0], first[1]

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import numbers
 import os
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Option", "option_field"]
+__all__ = ["Option", "check_address", "option_field"]
+
+#: ``[protocol://]host:port`` of a Dask scheduler: a host name, IPv4 address or ``[IPv6]``, and a port.
+_ADDRESS = re.compile(r"(?:(tcp|tls|ws|wss|ucx)://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?)"
+                      r":([0-9]{1,5})")
 
 
 @dataclass(frozen=True)
@@ -111,3 +116,22 @@ def option_field(default, help, group, kind, **kw):
     return field(default=default, metadata={"option": Option(help, group, kind, **kw)})
 
 
+
+
+def check_address(name, value):
+    """A scheduler address ``[protocol://]host:port`` as ``protocol://host:port`` (tcp by default).
+
+    Raises
+    ------
+    TypeError
+        ``value`` is not a str.
+    ValueError
+        It is not ``[tcp|tls|ws|wss|ucx://]host:port`` with a port from 1 to 65535; the message names ``name``.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str such as 'tcp://127.0.0.1:8786', got {type(value).__name__}")
+    match = _ADDRESS.fullmatch(value.strip())
+    if match is None or not 1 <= int(match[3]) <= 65535:
+        raise ValueError(f"{name} must be an address such as 'tcp://127.0.0.1:8786' ([tcp|tls|ws|wss|ucx://]"
+                         f"HOST:PORT, port 1-65535), got {value!r}")
+    return f"{match[1] or 'tcp'}://{match[2]}:{int(match[3])}"

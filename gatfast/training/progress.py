@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+import time
 
 __all__ = ["Progress"]
+
+#: Off a terminal, seconds between the progress lines inside a long epoch.
+LOG_SECONDS = 30.0
 
 _METRIC_KEYS = ("train_accuracy", "val_accuracy", "test_accuracy", "val_loss", "test_loss")
 
@@ -97,20 +101,42 @@ def _isatty(stream):
 
 
 class _BatchBar:
+    """The batches of one epoch: a tqdm bar on a terminal; in logs, a line every :data:`LOG_SECONDS`."""
+
     def __init__(self, progress, total, epoch):
-        self.bar = None
+        self.bar, self.stream, self.total, self.epoch = None, progress.stream, total, epoch
+        self.done, self.logging = 0, not progress.quiet and progress._bar is None and total > 1
+        self.start = self.last = time.perf_counter()
         if not progress.quiet and progress._bar is not None and total > 1:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=total, desc=f"epoch {epoch}", unit="batch", file=progress.stream, leave=False,
-                            dynamic_ncols=True, position=1)
+            self.bar = tqdm(
+                total=total,
+                desc=f"epoch {epoch}",
+                unit="batch",
+                file=progress.stream,
+                leave=False,
+                dynamic_ncols=True,
+                position=1,
+            )
 
     def __enter__(self):
         return self.tick
 
     def tick(self):
+        self.done += 1
         if self.bar is not None:
             self.bar.update(1)
+        elif self.logging and self.done < self.total:
+            now = time.perf_counter()
+            if now - self.last >= LOG_SECONDS:  # a long epoch in a log: how far, how long still
+                self.last = now
+                left = (now - self.start) / self.done * (self.total - self.done)
+                print(
+                    f"epoch {self.epoch}: {self.done}/{self.total} batches, {left:.0f} s left",
+                    file=self.stream,
+                    flush=True,
+                )
 
     def __exit__(self, *exc):
         if self.bar is not None:

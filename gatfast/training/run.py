@@ -10,38 +10,39 @@ from __future__ import annotations
 
 import json
 import os
-import time
-
-import numpy as np
+from contextlib import nullcontext
 
 from .. import _paths, _runtime
 from .. import _validate as V
 from .._io import atomic_write_text
 from .._signals import deferred_interrupts
-from ..data import (
-    GENERATED,
-    GENERATORS,
-    GraphDataset,
-    NodeDataset,
-    dataset_file,
-    generator_options,
-    load_dataset,
-    without_edge_features,
-)
+from ..data import GraphDataset, NodeDataset, dataset_file, load_dataset, without_edge_features
+from ..data.sources import check_dataset_options, dataset_source
 from ..models.network import GATv2Network
 from ..optim import make_optimizer
+from .backends import check_cluster_options, cluster_session, uses_cluster
 from .checkpoint import save_checkpoint
 from .config import TrainConfig, preset_for
+from .errors import WorkersLost
 from .evaluation import target_width
-from .loop import TrainResult, fit
+from .folds import train_folds
+from .loop import fit
 from .progress import Progress
-from .splits import fold_splits
 
-__all__ = ["build_model", "check_dataset_options", "check_outputs", "dataset_source", "train"]
+__all__ = ["build_model", "check_dataset_options", "check_outputs", "dataset_source", "train", "train_fold"]
 
 
-def train(dataset="karate", config=None, *, dataset_options=None, splits=None, callback=None, stream=None,
-          **options):
+def train(
+    dataset="karate",
+    config=None,
+    *,
+    dataset_options=None,
+    splits=None,
+    callback=None,
+    stream=None,
+    client=None,
+    **options,
+):
     """Train a GATv2 network: the Python twin of ``gatfast train``.
 
     Parameters
@@ -68,6 +69,13 @@ def train(dataset="karate", config=None, *, dataset_options=None, splits=None, c
         ``callback(epoch, model, grads, row)`` after every epoch (see :func:`fit`).
     stream : file object, optional
         Where progress goes (default stdout).
+    client : distributed.Client, optional
+        Compute on this Dask cluster (``pip install gatfast[distributed]``):
+        every step's shards on its workers, or with ``folds`` one task per
+        fold. The options ``workers=N`` (a local cluster, started and
+        closed by the run) and ``scheduler=ADDRESS`` do the same without a
+        client; the results equal the one-process run's up to the order of
+        floating-point sums (``docs/SCALING.md``).
     **options
         Fields of :class:`TrainConfig` that replace those of ``config``
         (``epochs=50``, ``lr=0.01``, ``save="model.npz"`` ...).
@@ -88,6 +96,10 @@ def train(dataset="karate", config=None, *, dataset_options=None, splits=None, c
     ``metrics["interrupted"] = True``, and ``result.interrupted`` names the
     signal. A second one aborts at once (KeyboardInterrupt); files being
     written are left as they were. The previous handlers are restored.
+    When the cluster of a distributed run is lost (no worker left for
+    ``worker_timeout`` seconds, or no scheduler), the run stops the same
+    way, its outputs are written, and :class:`~gatfast.training.errors.WorkersLost`
+    is raised.
 
     Examples
     --------
@@ -99,7 +111,9 @@ def train(dataset="karate", config=None, *, dataset_options=None, splits=None, c
     if config is not None and not isinstance(config, TrainConfig):
         raise TypeError(f"config must be a gatfast.TrainConfig or None, got {type(config).__name__}")
     # output paths are run options (presets never set them): check them before anything is loaded
-    diagnose_base = check_outputs((config or TrainConfig()).replace(**options), dataset)
+    early = (config or TrainConfig()).replace(**options)
+    diagnose_base = check_outputs(early, dataset)
+    _check_cluster_options(early, client, callback)
     if isinstance(dataset, (NodeDataset, GraphDataset)):
         if dataset_options:
             raise ValueError("dataset_options are for a generator named by dataset, not a loaded dataset")
@@ -110,8 +124,12 @@ def train(dataset="karate", config=None, *, dataset_options=None, splits=None, c
     else:
         # the dataset is loaded with the options given; its preset then fills in the rest
         base = (config or TrainConfig()).replace(**options)
-        ds = load_dataset(dataset, dtype=base.numpy_dtype, normalize_features=base.normalize_features,
-                          **check_dataset_options(dataset, dataset_options))
+        ds = load_dataset(
+            dataset,
+            dtype=base.numpy_dtype,
+            normalize_features=base.normalize_features,
+            **check_dataset_options(dataset, dataset_options),
+        )
         source = dataset_source(dataset)
         if config is None:
             config = TrainConfig.preset(preset_for(ds), **options)
@@ -122,7 +140,9 @@ def train(dataset="karate", config=None, *, dataset_options=None, splits=None, c
     if config.folds is not None and not (isinstance(ds, GraphDataset) and ds.task == "graph_classification"):
         raise ValueError("folds is only available for graph classification datasets (TU format)")
     if splits is not None and (config.folds is not None or not isinstance(ds, GraphDataset)):
-        raise ValueError("splits is for one run on a graph dataset (not with folds; node datasets have masks)")
+        raise ValueError(
+            "splits is for one run on a graph dataset (not with folds; node datasets have masks)"
+        )
 
     recorder = None
     if config.diagnose:
@@ -140,18 +160,71 @@ def train(dataset="karate", config=None, *, dataset_options=None, splits=None, c
     progress.line(f"options: {recipe} seed={config.seed}")
     # Ctrl-C / SIGTERM: the first stops training at the end of the epoch (the
     # outputs are still written), a second one aborts at once (gatfast._signals)
-    with deferred_interrupts() as request, _runtime.threads(config.threads):
-        if config.folds is not None:
-            result = _train_folds(ds, config, callback, progress, request)
-        else:
-            model = build_model(ds, config, config.seed)
-            opt = _optimizer(model, config)
-            result = fit(model, ds, opt, config, splits=splits, callback=callback, stream=stream, stop=request)
+    with (
+        deferred_interrupts() as request,
+        _runtime.threads(config.threads),
+        cluster_session(config, client, progress) as session,
+    ):
+        try:
+            if config.folds is not None:
+                result = train_folds(
+                    ds,
+                    config,
+                    lambda k, split: train_fold(ds, config, k, split, callback, request),
+                    progress,
+                    request,
+                    session,
+                )
+            else:
+                if session is not None and config.shards is None:
+                    config = config.replace(shards=session.workers)  # recorded: the run's summation order
+                model = build_model(ds, config, config.seed)
+                opt = _optimizer(model, config)
+                with session.step_executor(ds) if session is not None else nullcontext() as executor:
+                    result = fit(
+                        model,
+                        ds,
+                        opt,
+                        config,
+                        splits=splits,
+                        callback=callback,
+                        stream=stream,
+                        stop=request,
+                        executor=executor,
+                    )
+        except WorkersLost as exc:  # as a stop request: the best model so far is written, then the error
+            if exc.result is None:
+                raise WorkersLost(f"{exc}; no epoch had finished: nothing was written") from None
+            exc.result.config = config
+            _write_outputs(exc.result, ds, source, config, dataset_options)
+            raise WorkersLost(f"{exc}; {_kept(exc.result, config)}", exc.result) from None
         result.config = config
         _write_outputs(result, ds, source, config, dataset_options)
     if recorder is not None:
         _finish_diagnostics(recorder, progress)
     return result
+
+
+def _check_cluster_options(config, client, callback):
+    if not uses_cluster(config, client):
+        return
+    check_cluster_options(config, client)
+    if config.folds is not None and (callback is not None or config.diagnose):
+        raise ValueError(
+            "folds on a cluster run as tasks on the workers: callback and diagnose are not "
+            "available there (run the folds in one process, or without folds)"
+        )
+
+
+def _kept(result, config):
+    """What a stopped run kept and wrote, for the error message."""
+    best = result.metrics.get("best_epoch", 0)
+    if result.folds:
+        kept = f"kept the {len(result.folds)} finished folds"
+    else:
+        kept = f"kept the best parameters (epoch {best:g})" if best else "no epoch had finished"
+    written = [p for p in (config.save, config.metrics_json) if p]
+    return kept + (f", wrote {' and '.join(written)}" if written else "")
 
 
 def _optimizer(model, config):
@@ -199,41 +272,43 @@ def check_outputs(config, dataset):
         else:
             base = os.path.join("runs", "diagnose")
             _paths.check_output_dir("diagnose", "runs", create_parents=True)
-        outputs += [("diagnose (CSV)", base + "_diagnostics.csv"), ("diagnose (plot)", base + "_diagnostics.png")]
+        outputs += [
+            ("diagnose (CSV)", base + "_diagnostics.csv"),
+            ("diagnose (plot)", base + "_diagnostics.png"),
+        ]
     _paths.check_output_paths(outputs, inputs)
     return base
 
 
-def _train_folds(ds, config, callback, progress, stop):
-    """k-fold cross-validation; a stop request ends the current fold and skips the rest."""
-    fold_metrics, result = [], None
-    t0 = time.perf_counter()
-    for k, split in enumerate(fold_splits(ds, config.folds, config.seed)):
-        model = build_model(ds, config, config.seed + k)
-        result = fit(
-            model, ds, _optimizer(model, config), config, splits=split, callback=callback,
-            seed=config.seed + k, quiet=True, stop=stop,
-        )
-        fold_metrics.append({k: v for k, v in result.metrics.items() if k != "interrupted"})
-        progress.line(
-            f"fold {k + 1}/{config.folds}: test accuracy {result.metrics['test_accuracy']:.4f} "
-            f"(best epoch {result.metrics['best_epoch']})"
-        )
-        if result.interrupted:
-            break
-    metrics = {}
-    for key in fold_metrics[0]:
-        values = np.array([m[key] for m in fold_metrics], dtype=float)
-        metrics[key] = float(values.mean())
-        if key.endswith("_accuracy") or key.endswith("_loss"):
-            metrics[f"{key}_std"] = float(values.std())
-    metrics["folds"] = len(fold_metrics)  # fewer than config.folds when interrupted
-    metrics["seconds"] = time.perf_counter() - t0
-    if result.interrupted:
-        metrics["interrupted"] = True
-    return TrainResult(
-        model=result.model, metrics=metrics, history=result.history, folds=fold_metrics, splits=result.splits,
-        interrupted=result.interrupted,
+def train_fold(ds, config, k, split, callback=None, stop=None):
+    """Fold ``k`` of k-fold cross-validation: a one-process :func:`fit` of a model seeded ``config.seed + k``.
+
+    Parameters
+    ----------
+    ds : GraphDataset
+    config : TrainConfig
+    k : int
+        The fold's index (0-based).
+    split : dict
+        Its ``{"train", "val", "test"}`` graph ids (from :func:`~gatfast.training.splits.fold_splits`).
+    callback, stop : callable, optional
+        As in :func:`fit`.
+
+    Returns
+    -------
+    TrainResult
+    """
+    model = build_model(ds, config, config.seed + k)
+    return fit(
+        model,
+        ds,
+        _optimizer(model, config),
+        config,
+        splits=split,
+        callback=callback,
+        seed=config.seed + k,
+        quiet=True,
+        stop=stop,
     )
 
 
@@ -255,8 +330,15 @@ def build_model(ds, config, seed):
         A new, untrained model.
     """
     out_features = ds.num_classes if ds.num_classes else target_width(ds)
-    V.check_network_size(ds.num_features, config.hidden, out_features, config.layers, config.heads,
-                         config.out_heads, config.readout)
+    V.check_network_size(
+        ds.num_features,
+        config.hidden,
+        out_features,
+        config.layers,
+        config.heads,
+        config.out_heads,
+        config.readout,
+    )
     return GATv2Network(
         ds.num_features,
         config.hidden,
@@ -276,29 +358,6 @@ def build_model(ds, config, seed):
         edge_dim=ds.edge_dim,
         fill_value=config.fill_value,
     )
-
-
-def check_dataset_options(dataset, dataset_options):
-    """``dataset_options`` as a dict, refused unless ``dataset`` names a generator."""
-    if not dataset_options:
-        return {}
-    if not isinstance(dataset_options, dict) or not all(isinstance(k, str) for k in dataset_options):
-        raise TypeError(f"dataset_options must be a dict of keyword arguments, got {dataset_options!r}")
-    if os.fspath(dataset) not in GENERATORS:
-        raise ValueError(f"dataset_options are for the generated datasets {sorted(GENERATORS)}, not {dataset!r}")
-    known = generator_options(os.fspath(dataset))
-    unknown = set(dataset_options) - set(known)
-    if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for the {dataset!r} generator; it takes {list(known)}")
-    return dict(dataset_options)
-
-
-def dataset_source(dataset):
-    """How ``load_dataset`` finds ``dataset`` again: a name it knows, or an absolute path."""
-    text = os.fspath(dataset)
-    if text in GENERATED or not os.path.isfile(text):
-        return text  # a name: load_dataset looks it up again
-    return os.path.abspath(text)
 
 
 def _chain(first, second):

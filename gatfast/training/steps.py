@@ -39,6 +39,7 @@ __all__ = [
     "epoch_plans",
     "plan_keys",
     "shard_gradients",
+    "shard_inputs",
     "split_shards",
 ]
 
@@ -150,6 +151,18 @@ def shard_gradients(model, dataset, plan, items, config, sampled=None):
     grads = {k: v for k, v in grads.items() if k not in ("x", "edge_attr")}
     seen = {"graph": graph, "x": x, "graph_ptr": graph_ptr, "edge_attr": edge_attr}
     return ShardResult(float(loss), count, grads, seen)
+
+
+def shard_inputs(model, dataset, plan, items, config):
+    """What the shard ``items`` of step ``plan`` trains on, as :attr:`ShardResult.batch` holds it.
+
+    ``{"graph", "x", "graph_ptr", "edge_attr"}``: the batch's graphs and
+    features (sampled blocks with the step's keys for sampled training).
+    Executors that compute shards elsewhere return no batch; ``fit`` builds
+    it here when a callback needs one.
+    """
+    graph, x, graph_ptr, edge_attr = _forward_inputs(model, dataset, plan, items, config, None)[:4]
+    return {"graph": graph, "x": x, "graph_ptr": graph_ptr, "edge_attr": edge_attr}
 
 
 def add_shards(results):
