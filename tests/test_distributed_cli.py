@@ -242,3 +242,52 @@ def test_malformed_scheduler_address_is_one_line(capsys):
     status, out, err = run(["train", "--scheduler", "tcp://127.0.0.1"], capsys)
     assert status == 2 and "scheduler must be an address such as 'tcp://127.0.0.1:8786'" in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_a_terminal_stops_the_run_not_the_workers(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group: the local cluster's workers ignore it,
+    the run stops at the end of the epoch and writes its outputs, and no process is left behind."""
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gatfast",
+                "train",
+                "--dataset",
+                MUTAG,
+                "--workers",
+                "2",
+                "--epochs",
+                "100000",
+                "--log-every",
+                "1",
+                "--save",
+                str(tmp_path / "m.npz"),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            start_new_session=True,
+            cwd=tmp_path,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while "epoch    2 " not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert proc.poll() is None, log.read_text()
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal does
+        assert proc.wait(timeout=60) == 128 + signal.SIGINT
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert "interrupted by SIGINT" in text and "wrote" in text, text
+    assert "Traceback" not in text and "KilledWorker" not in text, text
+    time.sleep(2)
+    left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes left in the group: {left}"
+    load_checkpoint(tmp_path / "m.npz")
