@@ -13,6 +13,14 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser():
+    """The argument parser of the ``gatfast`` command, one subcommand per command.
+
+    Returns
+    -------
+    Parser
+        An :class:`argparse.ArgumentParser` whose parsed ``command`` names the
+        subcommand (``train``, ``sweep``, ``evaluate``, ``gradcheck`` or ``experiment``).
+    """
     parser = Parser(
         prog="gatfast",
         description="Train GATv2 graph attention networks on sparse graphs on the CPU, "
@@ -156,7 +164,20 @@ def build_parser():
 
 
 def main(argv=None):
-    """Entry point of the ``gatfast`` command; returns the exit status."""
+    """Entry point of the ``gatfast`` command; returns the exit status.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The command-line arguments, without the program name (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success, 1 when ``gradcheck`` finds an error above
+        its tolerance, 2 on an error (reported on one line of stderr), 128 + the
+        signal number when a signal stopped the command.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {

@@ -56,7 +56,20 @@ def _cores():
 
 
 def threads_per_worker(workers, cores=None):
-    """Numba threads for each of ``workers`` workers sharing ``cores`` cores (default: this machine's)."""
+    """Numba threads for each of ``workers`` workers sharing ``cores`` cores (default: this machine's).
+
+    Parameters
+    ----------
+    workers : int
+        Workers sharing the cores.
+    cores : int, optional
+        Cores to share (default: those this process may run on).
+
+    Returns
+    -------
+    int
+        ``cores // workers``, at least 1.
+    """
     return max(1, (cores or _cores()) // workers)
 
 
@@ -108,6 +121,18 @@ def local_cluster(workers, threads=None, quiet=True):
 def connect(scheduler, timeout=30.0):
     """A :class:`distributed.Client` of the scheduler at ``scheduler`` (``tcp://host:port``).
 
+    Parameters
+    ----------
+    scheduler : str
+        The scheduler's address, ``tcp://host:port``.
+    timeout : float, default 30
+        Seconds to wait for the scheduler to answer.
+
+    Returns
+    -------
+    distributed.Client
+        Connected to that scheduler, not set as Dask's default client. Close it when done.
+
     Raises
     ------
     ValueError
@@ -131,6 +156,7 @@ class Session:
     Parameters
     ----------
     client : distributed.Client
+        The client of the cluster that runs the tasks.
     worker_timeout : float
         Seconds without any worker before the run stops.
     progress : Progress, optional
@@ -146,12 +172,45 @@ class Session:
 
     @contextlib.contextmanager
     def step_executor(self, dataset):
-        """A :class:`ShardExecutor` for ``dataset``, released on exit."""
+        """A :class:`ShardExecutor` for ``dataset``, released on exit.
+
+        Parameters
+        ----------
+        dataset : NodeDataset or GraphDataset
+            The run's dataset, placed on every worker on entry.
+
+        Yields
+        ------
+        ShardExecutor
+            The ``executor`` of :func:`gatfast.fit` for this dataset on the session's cluster.
+        """
         with ShardExecutor(self.client, dataset, timeout=self.worker_timeout) as executor:
             yield executor
 
     def run_folds(self, dataset, config, splits, report, stop):
-        """Every fold as a task (see :func:`gatfast.distributed.folds.run_folds`)."""
+        """Every fold as a task (see :func:`gatfast.distributed.folds.run_folds`).
+
+        Parameters
+        ----------
+        dataset : GraphDataset
+            Placed on every worker once.
+        config : TrainConfig
+            The options of every fold.
+        splits : list of dict
+            One ``{"train", "val", "test"}`` split per fold.
+        report : callable
+            ``report(k, result)`` as fold ``k`` finishes (in the order they finish).
+        stop : callable or None
+            Polled while waiting; once it returns a reason and a fold has
+            finished, the folds not finished are cancelled.
+
+        Returns
+        -------
+        results : list of TrainResult
+            The finished folds, in fold order.
+        interrupted : str or None
+            The stop reason when folds were cancelled, else None.
+        """
         return run_folds(self.client, dataset, config, splits, report, stop, self.watch)
 
 
@@ -160,6 +219,25 @@ def open_session(client=None, workers=None, scheduler=None, worker_timeout=30.0,
     """The cluster of a run, as a :class:`Session`; a cluster or client it opened is closed on exit.
 
     Exactly one of ``client``, ``workers`` and ``scheduler`` is given.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        A client of the caller's cluster (left open on exit).
+    workers : int, optional
+        Start a local cluster of that many worker processes.
+    scheduler : str, optional
+        Connect to the scheduler at that address (``tcp://host:port``).
+    worker_timeout : float, default 30
+        Seconds without any worker before the run stops (and, with
+        ``scheduler``, to wait for it to answer).
+    progress : Progress, optional
+        Where to say which cluster is used.
+
+    Yields
+    ------
+    Session
+        The run's view of the cluster.
     """
     given = [
         name

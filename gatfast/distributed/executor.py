@@ -42,12 +42,30 @@ _NO_ITEMS = np.empty(0, dtype=np.int64)  # the tasks get their shard's items, no
 class StepTiming:
     """Where one step's time went (seconds) and what it sent (bytes; measured with ``profile=True``).
 
-    ``send``: pickling and scattering the parameters, and asking the
-    scheduler for the workers (to place the shards); ``wait``: from the
-    first submission until every shard is done; ``gather``: fetching the
-    results; ``compute``: the seconds inside each shard task; ``wall``:
-    the whole call. ``wait - max(compute)`` is the scheduling and
-    communication latency of the round trip.
+    ``wait - max(compute)`` is the scheduling and communication latency of
+    the round trip.
+
+    Attributes
+    ----------
+    shards : int
+        The number of shards of the step.
+    send : float
+        Pickling and scattering the parameters, and asking the scheduler
+        for the workers (to place the shards).
+    wait : float
+        From the first submission until every shard is done (summed over retries).
+    gather : float
+        Fetching the results.
+    wall : float
+        The whole call.
+    compute : list of float
+        The seconds inside each shard task.
+    payload_bytes : int
+        Pickled size of the step's payload (parameters, model specification and options).
+    result_bytes : int
+        Pickled size of the shard results, summed.
+    retries : int
+        How many times shards were resubmitted after their inputs were lost with workers.
     """
 
     shards: int
@@ -67,6 +85,7 @@ class ShardExecutor:
     Parameters
     ----------
     client : distributed.Client
+        The client of the cluster that computes the shards.
     dataset : NodeDataset or GraphDataset
         Scattered to every worker on construction.
     timeout : float, default 30

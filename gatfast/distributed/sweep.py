@@ -168,7 +168,20 @@ def _text(value):
 
 
 def format_table(rows, columns=None):
-    """``rows`` (dicts) as an aligned text table: a header line, then one line per row."""
+    """``rows`` (dicts) as an aligned text table: a header line, then one line per row.
+
+    Parameters
+    ----------
+    rows : list of dict
+        One dict per row, from column name to value; a missing column is left blank.
+    columns : list of str, optional
+        The columns, in order (default: every key of ``rows``, in order of first appearance).
+
+    Returns
+    -------
+    str
+        The table, columns right-aligned and two spaces apart, floats to 4 significant digits.
+    """
     if columns is None:
         columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[_text(row.get(c, "")) for c in columns] for row in rows]
