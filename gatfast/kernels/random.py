@@ -61,3 +61,21 @@ def keyed_uniform_pairs(key, rows, cols, out):
     k = np.uint64(key)
     for e in range(rows.size):
         out[e] = uniform_at(k, rows[e], cols[e])
+
+
+@njit(nogil=True, cache=True)
+def keyed_dropout_rows(r0, r1, key, ids, x, p, scale, mask, y):
+    """Rows ``[r0, r1)`` of keyed inverted dropout: ``mask = scale * (U(key, ids[r], c) >= p)``, ``y = x * mask``.
+
+    The draws are :func:`uniform_at`'s, so the multipliers equal
+    ``((uniform(ids, width) >= p) / (1 - p)).astype(x.dtype)`` bit for bit,
+    without the float64 draws, the boolean and the cast in memory.
+    """
+    k = np.uint64(key)
+    zero = mask.dtype.type(0)
+    for r in range(r0, r1):
+        ident = ids[r]
+        for c in range(x.shape[1]):
+            m = scale if uniform_at(k, ident, c) >= p else zero
+            mask[r, c] = m
+            y[r, c] = x[r, c] * m
