@@ -343,8 +343,8 @@ def test_nan_gradient_names_the_epoch(tmp_path, capsys, monkeypatch):
     real_backward = GATv2Network.backward
     calls = {"n": 0}
 
-    def poisoned(self, cache, grad_out, theta_r="linear"):
-        grads = real_backward(self, cache, grad_out, theta_r=theta_r)
+    def poisoned(self, cache, grad_out, theta_r="linear", input_grad=True):
+        grads = real_backward(self, cache, grad_out, theta_r=theta_r, input_grad=input_grad)
         calls["n"] += 1
         if calls["n"] == 4:
             grads["layers.0.W_r"][0, 0] = np.nan

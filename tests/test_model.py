@@ -357,3 +357,35 @@ def test_bad_arguments():
         node.backward(cache, np.ones_like(out), theta_r="quadratic")
     with pytest.raises(TypeError, match="cache must be the NetworkCache"):
         node.backward(None, np.ones_like(out))
+
+
+@pytest.mark.parametrize("kind", ["square", "blocks", "bipartite"])
+@pytest.mark.parametrize("nodes", [16, 3000])  # the fast small path and the general one
+def test_backward_without_input_grad_gives_the_same_parameter_gradients(kind, nodes):
+    """input_grad=False (what training uses) skips only the input gradient: every other gradient is the same bits."""
+    from gatfast.data import make_csbm
+    from gatfast.sampling import sample_blocks
+
+    rng = np.random.default_rng(0)
+    ds = make_csbm(num_nodes=nodes, num_features=9, avg_degree=3, seed=1)
+    f_in = (9, 5) if kind == "bipartite" else 9
+    layers = 1 if kind == "bipartite" else 2
+    net = GATv2Network(f_in, 8, 3, num_layers=layers, heads=2, seed=0, dropout=0.3, attention_dropout=0.2)
+    if kind == "square":
+        graph, x = ds.graph, ds.x
+    elif kind == "blocks":
+        from gatfast._random import RandomKeys
+
+        batch = sample_blocks(ds.graph, np.arange(0, nodes, 3), [4, 4], RandomKeys(0, 1, 2))
+        graph, x = batch.graphs, ds.x[batch.input_ids]
+    else:
+        graph = sp.random(nodes // 2, nodes, density=4 / nodes, format="csr", random_state=2)
+        x = (ds.x, rng.normal(size=(nodes // 2, 5)).astype(np.float32))
+    out, cache = net.forward(graph, x, training=True, rng=np.random.default_rng(3))
+    grad = rng.normal(size=out.shape).astype(out.dtype)
+    full = net.backward(cache, grad)
+    lean = net.backward(cache, grad, input_grad=False)
+    assert "x" in full and "x" not in lean
+    assert set(lean) == set(full) - {"x"}
+    for k in lean:
+        assert np.array_equal(lean[k], full[k]), k

@@ -267,8 +267,8 @@ def test_nan_gradient_stops_with_the_epoch_and_keeps_old_checkpoint(tmp_path, mo
     real_backward = GATv2Network.backward
     calls = {"n": 0}
 
-    def poisoned(self, cache, grad_out, theta_r="linear"):
-        grads = real_backward(self, cache, grad_out, theta_r=theta_r)
+    def poisoned(self, cache, grad_out, theta_r="linear", input_grad=True):
+        grads = real_backward(self, cache, grad_out, theta_r=theta_r, input_grad=input_grad)
         calls["n"] += 1
         if calls["n"] == 3:
             grads["layers.1.att"] = np.full_like(grads["layers.1.att"], np.nan)
@@ -296,8 +296,8 @@ def test_after_divergence_the_model_holds_the_best_earlier_parameters(monkeypatc
     real_backward = GATv2Network.backward
     calls = {"n": 0}
 
-    def poisoned(self, cache, grad_out, theta_r="linear"):
-        grads = real_backward(self, cache, grad_out, theta_r=theta_r)
+    def poisoned(self, cache, grad_out, theta_r="linear", input_grad=True):
+        grads = real_backward(self, cache, grad_out, theta_r=theta_r, input_grad=input_grad)
         calls["n"] += 1
         if calls["n"] == bad_call:
             grads["layers.0.W_l"][:] = np.inf

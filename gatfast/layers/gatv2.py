@@ -355,7 +355,7 @@ class GATv2Layer:
         return out, cache
 
     # ------------------------------------------------------------------ backward
-    def backward(self, cache, grad_out, theta_r="linear"):
+    def backward(self, cache, grad_out, theta_r="linear", input_grad=True):
         """Compute the gradients of a scalar loss ``L`` given ``grad_out = dL/d out``.
 
         Parameters
@@ -367,6 +367,10 @@ class GATv2Layer:
         theta_r : {"linear", "pairwise"}, default "linear"
             Form of the Θ_R term: the O(N)-per-node sum or the paper's
             pairwise O(N²)-per-node sum. Both agree to rounding.
+        input_grad : bool, default True
+            False when ``"x"`` is not needed (the first layer of a network
+            in training): the products only it needs are skipped and
+            ``"x"`` may be None. The other gradients are the same bits.
 
         Returns
         -------
@@ -387,6 +391,7 @@ class GATv2Layer:
         if grads is None:
             work = cache.inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
             with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
-                grads = attention_backward(self, cache, grad_out, theta_r == "pairwise", self._workspace)
+                grads = attention_backward(
+                    self, cache, grad_out, theta_r == "pairwise", self._workspace, bool(input_grad))
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
         return {k: grads[k] for k in keys}

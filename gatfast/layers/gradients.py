@@ -24,16 +24,16 @@ def _transposed(x):
     return x.T.tocsr() if sp.issparse(x) else None
 
 
-def _one_side(x, x_t, grad, W, with_bias, ws, key):
-    """``(∂W, ∂b, ∂x)`` of ``y = x @ W.T + b`` given ``grad = ∂L/∂y`` (``∂x`` None for sparse x)."""
+def _one_side(x, x_t, grad, W, with_bias, ws, key, need_x=True):
+    """``(∂W, ∂b, ∂x)`` of ``y = x @ W.T + b`` given ``grad = ∂L/∂y`` (``∂x`` None for sparse x or not needed)."""
     if x_t is None:
-        grad_x = ws.empty(key, x.shape, grad.dtype)
+        grad_x = ws.empty(key, x.shape, grad.dtype) if need_x else None
         gW, gb, _, _ = dense_backward(x, grad, None, W, None, grad_x, with_bias)
         return gW, gb, grad_x
     return weight_grad(grad, x, x_t), (grad.sum(axis=0) if with_bias else None), None
 
 
-def _same_input(layer, x, grad_xl, grad_xr, params, ws):
+def _same_input(layer, x, grad_xl, grad_xr, params, ws, need_x=True):
     """Both projections of one feature matrix: ``(grads, grad_x)``."""
     grads = {}
     bias = layer.bias
@@ -48,7 +48,7 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws):
             grads.update(W_l=gW_l, b_l=gb_l, W_r=gW_r, b_r=gb_r)
         return grads, grad_x
     if not sp.issparse(x):  # both weight gradients, biases and grad_x by row chunks in parallel
-        grad_x = ws.empty("grad_x", x.shape, x.dtype)
+        grad_x = ws.empty("grad_x", x.shape, x.dtype) if need_x else None
         if layer.share_weights:
             grad_xl += grad_xr
             gW_l, gb_l, _, _ = dense_backward(x, grad_xl, None, params["W_l"], None, grad_x, bias)
@@ -74,7 +74,7 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws):
     return grads, None
 
 
-def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws):
+def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws, input_grad=True):
     """Gradients of the projection weights and biases, the root and residual weights, and ``x``.
 
     Parameters
@@ -90,6 +90,9 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws):
     grad_out : ndarray, shape (num_dst, out_dim)
         The upstream gradient of the layer output.
     ws : Workspace
+    input_grad : bool, default True
+        False: skip the products that only ``"x"`` needs (it may come back
+        None, or computed anyway where that is free).
 
     Returns
     -------
@@ -103,13 +106,15 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws):
     n_dst = x_dst.shape[0]
     H, C = layer.heads, layer.out_features
     if relation == "same":
-        grads, grad_x_src = _same_input(layer, x_src, grad_xl, grad_xr, params, ws)
+        grads, grad_x_src = _same_input(layer, x_src, grad_xl, grad_xr, params, ws, input_grad)
         grad_x_dst = grad_x_src
     else:
         W_l = params["W_l"]
         W_r = W_l if layer.share_weights else params["W_r"]
-        gW_l, gb_l, grad_x_src = _one_side(x_src, _transposed(x_src), grad_xl, W_l, layer.bias, ws, "grad_x_src")
-        gW_r, gb_r, grad_x_dst = _one_side(x_dst, _transposed(x_dst), grad_xr, W_r, layer.bias, ws, "grad_x_dst")
+        gW_l, gb_l, grad_x_src = _one_side(
+            x_src, _transposed(x_src), grad_xl, W_l, layer.bias, ws, "grad_x_src", input_grad)
+        gW_r, gb_r, grad_x_dst = _one_side(
+            x_dst, _transposed(x_dst), grad_xr, W_r, layer.bias, ws, "grad_x_dst", input_grad)
         if layer.share_weights:
             grads = {"W_l": gW_l + gW_r, "b_l": gb_l + gb_r if layer.bias else None}
         else:
@@ -130,7 +135,7 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws):
     if relation == "pair":
         grads["x"] = (grad_x_src, grad_x_dst)
     elif relation == "prefix":  # the targets are the first rows of the one matrix
-        if grad_x_src is not None:
+        if grad_x_src is not None and grad_x_dst is not None:
             grad_x_src[:n_dst] += grad_x_dst
         grads["x"] = grad_x_src
     else:

@@ -110,7 +110,7 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
     return alpha, per_head
 
 
-def attention_backward(layer, cache, grad_out, pairwise, ws):
+def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     """Every gradient of the layer (see ``GATv2Layer.backward``)."""
     g = cache.graph
     n_dst, n_src = g.shape
@@ -166,5 +166,5 @@ def attention_backward(layer, cache, grad_out, pairwise, ws):
     grad_xl = q_term.reshape(n_src, H * C)
     if layer.root_weight == "theta_r":
         grad_xr += g_heads.reshape(n_dst, H * C)
-    grads.update(input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws))
+    grads.update(input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws, input_grad))
     return grads

@@ -1,5 +1,4 @@
-"""A stack of GATv2 layers with activations, dropout and an optional
-per-graph readout; the pass through the stack is in ``stack.py``."""
+"""A stack of GATv2 layers with activations, dropout and a readout; the pass itself is in ``stack.py``."""
 
 from __future__ import annotations
 
@@ -300,7 +299,6 @@ class GATv2Network:
         head = f", readout={self.readout!r}, head={self.head!r}" if self.head is not None else ""
         return f"GATv2Network([{body}]{head})"
 
-    # ------------------------------------------------------------------ forward / backward
     def forward(self, graph, x, graph_ptr=None, training=False, rng=None, edge_attr=None, ids=None):
         """Run the network.
 
@@ -375,7 +373,7 @@ class GATv2Network:
                       stacklevel=2)
         return self.output(graph, x, graph_ptr, edge_attr)
 
-    def backward(self, cache, grad_out, theta_r="linear"):
+    def backward(self, cache, grad_out, theta_r="linear", input_grad=True):
         """Compute the gradients of a scalar loss ``L`` given ``grad_out = dL/d out``.
 
         Parameters
@@ -386,15 +384,17 @@ class GATv2Network:
             The gradient of the loss with respect to the output of :meth:`forward`.
         theta_r : {"linear", "pairwise"}, default "linear"
             Form of the Θ_R term in every layer (see ``docs/MATH.md``).
+        input_grad : bool, default True
+            False: no ``"x"`` (training needs none), and the products only it needs are skipped.
 
         Returns
         -------
         grads : dict
             The keys of :meth:`parameters`; ``"x"`` (the input gradient, or a pair) when the input
-            was dense; ``"edge_attr"`` with edge features.
+            was dense and ``input_grad``; ``"edge_attr"`` with edge features.
         """
         if not isinstance(cache, NetworkCache):
             raise TypeError(f"cache must be the NetworkCache returned by forward, got {type(cache).__name__}")
         V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
         grad = V.check_dense(grad_out, "grad_out", cache.out_shape, self.dtype)
-        return stack_backward(self, cache, grad, theta_r)
+        return stack_backward(self, cache, grad, theta_r, bool(input_grad))

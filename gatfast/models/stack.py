@@ -193,7 +193,7 @@ def _masked(grad, mask):
     return grad * mask
 
 
-def stack_backward(net, cache, grad, theta_r):
+def stack_backward(net, cache, grad, theta_r, input_grad=True):
     """Every parameter's gradient, ``"x"`` and (with edge features) ``"edge_attr"``."""
     grads = {}
     if net.head is not None:
@@ -210,14 +210,14 @@ def stack_backward(net, cache, grad, theta_r):
         if net.has_activation(l):
             act_index -= 1
             grad = activation_backward(net.activation, cache.pre[act_index], cache.post[act_index], grad)
-        lg = net.layers[l].backward(cache.layer_caches[l], grad, theta_r=theta_r)
+        lg = net.layers[l].backward(cache.layer_caches[l], grad, theta_r=theta_r, input_grad=input_grad or l > 0)
         for k in net.layers[l].params:
             grads[f"layers.{l}.{k}"] = lg[k]
         if "edge_attr" in lg:
             edge_grads.append(lg["edge_attr"])
         grad = _masked(lg["x"], cache.masks[l])
     ordered = {k: grads[k] for k in net.parameters()}
-    dense = cache.dense_input
+    dense = cache.dense_input if input_grad else False
     if isinstance(dense, tuple):
         ordered["x"] = tuple(g if d else None for g, d in zip(grad, dense))
     elif dense:

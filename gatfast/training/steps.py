@@ -105,7 +105,7 @@ def _forward_inputs(model, dataset, plan, items, config, sampled):
         return dataset.graph, dataset.x, None, dataset.edge_attr, None, dataset.y, items
     if sampled is None:
         sampled = sample_blocks(dataset.graph, items, config.fanout, plan_keys(config, plan))
-    x = dataset.x[sampled.input_ids]
+    x = sampled.input_features(dataset.x)
     attrs = None if dataset.edge_attr is None else sampled.edge_attrs(dataset.edge_attr)
     y = np.asarray(dataset.y)[sampled.seeds]
     return sampled.graphs, x, None, attrs, sampled.ids(), y, None
@@ -147,7 +147,7 @@ def shard_gradients(model, dataset, plan, items, config, sampled=None):
         count = int(target.size if mask is None else len(mask) * target.shape[1])
     if not np.isfinite(loss):
         raise TrainingDiverged(plan.epoch, "the training loss")
-    grads = model.backward(cache, grad, theta_r=config.theta_r)
+    grads = model.backward(cache, grad, theta_r=config.theta_r, input_grad=False)
     grads = {k: v for k, v in grads.items() if k not in ("x", "edge_attr")}
     seen = {"graph": graph, "x": x, "graph_ptr": graph_ptr, "edge_attr": edge_attr}
     return ShardResult(float(loss), count, grads, seen)
