@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _runtime
 from .. import _validate as V
+from ..kernels.elu import elu_backward_rows, elu_rows
 
 __all__ = ["ACTIVATIONS", "activation_backward", "activation_forward"]
 
@@ -33,6 +35,11 @@ def activation_forward(name, x):
         return x.copy()
     if name == "relu":
         return np.maximum(x, x.dtype.type(0))
+    if x.ndim == 2 and x.dtype in V.FLOAT_DTYPES:  # one pass, rows on threads when worth it
+        x = np.ascontiguousarray(x)
+        y = np.empty(x.shape, x.dtype)
+        _runtime.run_rows(elu_rows, x.shape[0], (x, y), x.size * 16)
+        return y
     # min(x, 0) keeps expm1 from overflowing on large positive inputs
     return np.where(x > 0, x, np.expm1(np.minimum(x, x.dtype.type(0))))
 
@@ -67,5 +74,10 @@ def activation_backward(name, x, y, grad_y):
     zero = grad_y.dtype.type(0)
     if name == "relu":
         return np.where(x > 0, grad_y, zero)
+    if x.ndim == 2 and x.dtype == grad_y.dtype and x.dtype in V.FLOAT_DTYPES:
+        x, grad_y = np.ascontiguousarray(x), np.ascontiguousarray(grad_y)
+        grad_x = np.empty(x.shape, x.dtype)
+        _runtime.run_rows(elu_backward_rows, x.shape[0], (x, grad_y, grad_x), x.size * 16)
+        return grad_x
     slope = np.exp(np.minimum(x, x.dtype.type(0)))
     return np.where(x > 0, grad_y, grad_y * slope.astype(grad_y.dtype, copy=False))
