@@ -103,3 +103,12 @@ def relabel(targets, sources, local):
     for q in range(n_src):
         local[src_ids[q]] = -1
     return src_ids[:n_src].copy(), local_indices
+
+
+@njit(nogil=True, cache=True)
+def gather_rows(r0, r1, x, ids, out):
+    """``out[r] = x[ids[r]]`` for ``r0 <= r < r1`` (the first layer's input rows of a batch)."""
+    for r in range(r0, r1):
+        src = ids[r]
+        for c in range(x.shape[1]):
+            out[r, c] = x[src, c]

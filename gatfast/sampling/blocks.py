@@ -10,7 +10,7 @@ from .. import _runtime
 from .. import _validate as V
 from .._random import SAMPLE, GraphIds
 from ..graph import CSRGraph
-from ..kernels.sampling import pick_counts, pick_rows, relabel
+from ..kernels.sampling import gather_rows, pick_counts, pick_rows, relabel
 
 __all__ = ["Block", "SampledBatch", "check_fanouts", "check_seeds", "keyed_permutation", "sample_blocks"]
 
@@ -67,6 +67,27 @@ class SampledBatch:
     def input_ids(self):
         """Global ids of the rows the first layer reads (``x[input_ids]``)."""
         return self.blocks[0].src_ids
+
+    def input_features(self, x):
+        """Take the rows the first layer reads from the full graph's features.
+
+        Parameters
+        ----------
+        x : ndarray or scipy.sparse matrix, shape (num_nodes, F)
+            The full graph's node features.
+
+        Returns
+        -------
+        ndarray or scipy.sparse matrix
+            ``x[input_ids]``: a new array (gathered by row chunks in parallel
+            for a dense ``x``; random rows of a big ``x`` are latency-bound).
+        """
+        ids = self.input_ids
+        if not (isinstance(x, np.ndarray) and x.ndim == 2 and x.flags.c_contiguous):
+            return x[ids]
+        out = np.empty((ids.size, x.shape[1]), x.dtype)
+        _runtime.run_rows(gather_rows, ids.size, (x, ids, out), ids.size * max(x.shape[1], 64))
+        return out
 
     def ids(self):
         """Return the global ids of the batch's rows and edges, for keyed dropout.
