@@ -24,13 +24,15 @@ def _count(indptr, targets, fanout, counts):
 
 
 @njit(nogil=True, cache=True)
-def _pick_row(indptr, t, fanout, key, out, start, chosen):
-    """Floyd's sampling of ``fanout`` of the row's positions, written sorted into ``out[start:]``."""
+def _pick_row(indptr, indices, t, fanout, key, out, sources, start, chosen):
+    """Floyd's sampling of ``fanout`` of the row's positions, written sorted into ``out[start:]``,
+    and their source nodes into ``sources[start:]``."""
     lo = indptr[t]
     deg = indptr[t + 1] - lo
     if fanout < 0 or deg <= fanout:
         for k in range(deg):
             out[start + k] = lo + k
+            sources[start + k] = indices[lo + k]
         return
     m = 0
     for j in range(deg - fanout, deg):
@@ -54,15 +56,17 @@ def _pick_row(indptr, t, fanout, key, out, start, chosen):
         chosen[b + 1] = v
     for k in range(m):
         out[start + k] = lo + chosen[k]
+        sources[start + k] = indices[lo + chosen[k]]
 
 
 @njit(nogil=True, cache=True)
-def pick_rows(r0, r1, indptr, targets, fanout, key, ptr, edges):
-    """Write target ``r``'s picks into ``edges[ptr[r]:ptr[r + 1]]`` for ``r0 <= r < r1``."""
+def pick_rows(r0, r1, indptr, indices, targets, fanout, key, ptr, edges, sources):
+    """Write target ``r``'s picks into ``edges[ptr[r]:ptr[r + 1]]`` (positions in ``indices``) and
+    their source nodes into ``sources[ptr[r]:ptr[r + 1]]``, for ``r0 <= r < r1``."""
     chosen = np.empty(max(fanout, 1), dtype=np.int64)
     k = np.uint64(key)
     for r in range(r0, r1):
-        _pick_row(indptr, targets[r], fanout, k, edges, ptr[r], chosen)
+        _pick_row(indptr, indices, targets[r], fanout, k, edges, sources, ptr[r], chosen)
 
 
 @njit(nogil=True, cache=True)

@@ -185,9 +185,10 @@ def sample_blocks(graph, seeds, fanouts, keys, local=None):
         ptr = pick_counts(graph.indptr, targets, fanouts[layer])
         edges = np.empty(ptr[-1], dtype=np.int64)
         # ~64 operations per picked edge: chunks of targets on threads when that is worth it
-        _runtime.run_rows(pick_rows, targets.size, (graph.indptr, targets, fanouts[layer], key, ptr, edges),
-                          int(ptr[-1]) * 64)
-        src_ids, local_indices = relabel(targets, graph.indices[edges], local)
+        sources = np.empty(ptr[-1], dtype=np.int64)
+        _runtime.run_rows(pick_rows, targets.size, (
+            graph.indptr, graph.indices, targets, fanouts[layer], key, ptr, edges, sources), int(ptr[-1]) * 64)
+        src_ids, local_indices = relabel(targets, sources, local)
         block = CSRGraph(ptr, local_indices, targets.size, src_ids.size)
         blocks.append(Block(block, src_ids, edges))
         targets = src_ids
