@@ -158,3 +158,17 @@ def test_bipartite_graphs_are_refused():
     block = CSRGraph.from_edge_index(np.array([[0, 1], [0, 0]]), size=(3, 2))
     with pytest.raises(ValueError, match="graph must be square"):
         NeighborSampler(block, [2], np.arange(2), 1)
+
+
+@pytest.mark.parametrize("chunk", [37, 10_000])
+def test_layerwise_evaluation_equals_the_whole_graph_forward(chunk):
+    """Evaluation after sampled training: layer by layer over chunks of nodes, every in-edge, = model.output."""
+    from gatfast.data import make_csbm
+    from gatfast.models import GATv2Network
+    from gatfast.training.inference import layerwise_output
+
+    ds = make_csbm(num_nodes=400, num_features=7, avg_degree=4, seed=3, dtype=np.float64)
+    net = GATv2Network(7, 8, 2, num_layers=3, heads=2, seed=1, dtype=np.float64)
+    whole = net.output(ds.graph, ds.x)
+    chunked = layerwise_output(net, ds, chunk=chunk)
+    np.testing.assert_allclose(chunked, whole, rtol=1e-11, atol=1e-13)

@@ -44,17 +44,20 @@ def layerwise_output(model, ds, eval_fanout=None, seed=0, chunk=EVAL_CHUNK):
     n = ds.graph.num_nodes
     fanouts = list(eval_fanout) if eval_fanout is not None else [-1] * model.num_layers
     h = ds.x
+    local = np.full(n, -1, dtype=np.int64)  # the sampler's scratch, reused by every chunk
     for l, layer in enumerate(model.layers):
         out = None
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
-            block = sample_blocks(ds.graph, np.arange(start, stop), [fanouts[l]], RandomKeys(seed, _EVAL, l)).blocks[0]
+            keys = RandomKeys(seed, _EVAL, l)
+            block = sample_blocks(ds.graph, np.arange(start, stop), [fanouts[l]], keys, local).blocks[0]
             attr = None if ds.edge_attr is None else np.ascontiguousarray(ds.edge_attr[block.edge_ids])
             part, _ = layer.forward(block.graph, h[block.src_ids], attr)
             if out is None:
                 out = np.empty((n, part.shape[1]), part.dtype)
-            out[start:stop] = part
-        h = activation_forward(model.activation, out) if model.has_activation(l) else out
+            # the activation per chunk: one (n, width) array per layer, not two
+            out[start:stop] = activation_forward(model.activation, part) if model.has_activation(l) else part
+        h = out
     return h
 
 
