@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -334,16 +333,19 @@ class GraphDataset:
 
     def __repr__(self):
         n = sum(g.num_nodes for g in self.graphs)
-        return (f"GraphDataset(name={self.name!r}, num_graphs={len(self)}, total_nodes={n}, "
-                f"num_features={self.num_features}, num_classes={self.num_classes}, task={self.task!r})")
+        return (
+            f"GraphDataset(name={self.name!r}, num_graphs={len(self)}, total_nodes={n}, "
+            f"num_features={self.num_features}, num_classes={self.num_classes}, task={self.task!r})"
+        )
 
 
 def row_normalize(x):
     """Row-normalise non-negative features exactly as PyG's ``NormalizeFeatures``.
 
     PyG shifts by the global minimum (0 for sparse non-negative data) and
-    divides each row by ``max(row_sum, 1)``: binary bag-of-words features
-    (Cora, CiteSeer) become rows summing to one. Negative values warn.
+    divides each row by ``max(row_sum, 1)``: rows summing to 0 stay 0, and
+    rows summing to less than 1 are left unscaled. Binary bag-of-words
+    features (Cora, CiteSeer) therefore become rows summing to one.
 
     Parameters
     ----------
@@ -366,11 +368,8 @@ def row_normalize(x):
         sums = np.asarray(x.sum(axis=1)).ravel()
         x.data /= np.repeat(np.maximum(sums, 1), np.diff(x.indptr)).astype(x.dtype)
         return x
-    x, lo = np.asarray(x), (np.asarray(x).min() if np.size(x) else 0)
-    if lo < 0:  # PyG's rule, but it squeezes signed features (e.g. Gaussian ones) towards a constant
-        warnings.warn(f"row-normalising features with negative values (minimum {lo:.3g}) shifts them all by it "
-                      "first (PyG's rule), flattening them: pass --no-normalize-features to keep them", stacklevel=2)
-    x = x - lo if x.size else x.copy()
+    x = np.asarray(x)
+    x = x - x.min() if x.size else x.copy()
     return x / np.maximum(x.sum(axis=1, keepdims=True), 1)
 
 
