@@ -54,12 +54,17 @@ def dropout_mask(rng, shape, p, dtype):
     return (keep / (1.0 - p)).astype(dtype)
 
 
-def _keyed_mask(rng, x, p, row_ids):
-    """Keep-multipliers drawn per (row id, column) from RandomKeys: dense shape of ``x``, or one per stored entry."""
-    n = x.shape[0]
+def _row_ids(n, row_ids):
+    """The global ids of ``n`` rows as int64 (default ``[0, n)``), or a ValueError naming ``row_ids``."""
     rows = np.arange(n, dtype=np.int64) if row_ids is None else np.ascontiguousarray(row_ids, dtype=np.int64)
     if rows.shape != (n,):
         raise ValueError(f"row_ids must have one id per row of x ({n}), got shape {rows.shape}")
+    return rows
+
+
+def _keyed_mask(rng, x, p, row_ids):
+    """Keep-multipliers drawn per (row id, column) from RandomKeys: dense shape of ``x``, or one per stored entry."""
+    rows = _row_ids(x.shape[0], row_ids)
     if sp.issparse(x):
         draws = rng.uniform_entries(np.repeat(rows, np.diff(x.indptr)), x.indices)
     else:
@@ -70,9 +75,7 @@ def _keyed_mask(rng, x, p, row_ids):
 def _keyed_dense(rng, x, p, row_ids):
     """``(x * mask, mask)`` for a 2-D ``x``: the multipliers of :func:`_keyed_mask`, in one fused pass."""
     n, width = x.shape
-    rows = np.arange(n, dtype=np.int64) if row_ids is None else np.ascontiguousarray(row_ids, dtype=np.int64)
-    if rows.shape != (n,):
-        raise ValueError(f"row_ids must have one id per row of x ({n}), got shape {rows.shape}")
+    rows = _row_ids(n, row_ids)
     x = np.ascontiguousarray(x)
     mask, y = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
     scale = x.dtype.type(1.0 / (1.0 - p))  # what (True / (1 - p)).astype(dtype) gives

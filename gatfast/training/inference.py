@@ -46,10 +46,9 @@ def layerwise_output(model, ds, eval_fanout=None, seed=0, chunk=EVAL_CHUNK):
     h = ds.x
     local = np.full(n, -1, dtype=np.int64)  # the sampler's scratch, reused by every chunk
     for l, layer in enumerate(model.layers):
-        out = None
+        out, keys = None, RandomKeys(seed, _EVAL, l)
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
-            keys = RandomKeys(seed, _EVAL, l)
             block = sample_blocks(ds.graph, np.arange(start, stop), [fanouts[l]], keys, local).blocks[0]
             attr = None if ds.edge_attr is None else np.ascontiguousarray(ds.edge_attr[block.edge_ids])
             part, _ = layer.forward(block.graph, h[block.src_ids], attr)
