@@ -42,7 +42,6 @@ Usage (a quick check at a small size, then the full size, about 2 M nodes)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -321,9 +320,9 @@ def main(argv=None):
     import numba
     import torch
     from comparelib.worker import loadavg as _loadavg
+    from outdirs import write_report
     from rooflib.cpu import CPU
 
-    from gatfast._io import atomic_write_text
 
     torch.set_num_threads(args.threads)
     dgl.utils.set_num_threads(args.threads)
@@ -359,13 +358,7 @@ def main(argv=None):
         "command": " ".join(["python", "bench/dgl_sampling.py", *(sys.argv[1:] if argv is None else argv)]),
     }
     res = {"meta": meta, "graph": info, "sampling": sampling, "training": training}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "dgl_sampling.json", json.dumps(res, indent=1))
-    text = markdown(res)
-    atomic_write_text(out / "dgl_sampling.md", text)
-    print()
-    print(text)
+    write_report(args.out, "dgl_sampling", res, markdown(res))
     return 0
 
 

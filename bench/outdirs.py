@@ -51,3 +51,17 @@ def resolve_out(parser, args, tool, size="full"):
         parser.error(f"--out {args.out} is inside bench/results/ (tracked results): add --update-results to "
                      "refresh them on purpose")
     return out
+
+
+def write_report(out, stem, result, text):
+    """``<stem>.json`` (``result``) and ``<stem>.md`` (``text``) in ``out``, written atomically; prints the text."""
+    import json
+
+    from gatfast._io import atomic_write_text
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / f"{stem}.json", json.dumps(result, indent=1))
+    atomic_write_text(out / f"{stem}.md", text)
+    print()
+    print(text)

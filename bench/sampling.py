@@ -30,7 +30,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -177,9 +176,9 @@ def main(argv=None):
     for var in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ[var] = str(args.threads)
     from comparelib.worker import loadavg
+    from outdirs import write_report
     from rooflib.cpu import CPU
 
-    from gatfast._io import atomic_write_text
     from gatfast.data import make_csbm
 
     load = [loadavg()]
@@ -224,13 +223,7 @@ def main(argv=None):
         "command": " ".join(["python", "bench/sampling.py", *(sys.argv[1:] if argv is None else argv)]),
     }
     res = {"meta": meta, "graph": graph, "sampling": sampling, "training": training}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "sampling.json", json.dumps(res, indent=1))
-    text = markdown(res)
-    atomic_write_text(out / "sampling.md", text)
-    print()
-    print(text)
+    write_report(args.out, "sampling", res, markdown(res))
     return 0
 
 

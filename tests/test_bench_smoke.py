@@ -533,3 +533,17 @@ def test_dgl_sampling_runs_small(tmp_path):
     t = res["training"]
     assert t["batches"] == 8 and t["epoch_s"] > 0 and t["peak_rss_mb"] >= t["rss_before_mb"]
     assert (tmp_path / "dgl_sampling.md").read_text().startswith("# DGL 2.1 neighbour-sampling anchor")
+
+
+def test_sampling_bench_tiny(tmp_path, capsys):
+    """bench/sampling.py at a tiny size: both parts run, the report is written, tracked results are refused."""
+    import sampling
+
+    assert sampling.main(["--nodes", "3000", "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "sampling.json").read_text())
+    s, t = res["sampling"], res["training"]
+    assert s["sampled_edges"] > 0 and s["edges_per_s"] > 0 and s["batches"] == -(-s["seeds"] // 256)
+    assert t["batches"] == s["batches"] and np.isfinite(t["mean_loss"]) and t["peak_rss_mb"] >= t["rss_before_mb"]
+    assert "NeighborSampler.batch" in (tmp_path / "sampling.md").read_text()
+    with pytest.raises(SystemExit):
+        sampling.main(["--nodes", "3000", "--out", str(outdirs.RESULTS / "x")])
