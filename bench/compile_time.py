@@ -94,7 +94,8 @@ def markdown(res, meta):
     lines = [
         "# gatfast first-call (compilation) cost",
         "",
-        f"{meta['date']}, {meta['threads']} threads, numba {meta['numba']}"
+        f"{meta['date']}, " + (f"{meta['cpu']}, " if meta.get("cpu") else "")
+        + f"{meta['threads']} threads, numba {meta['numba']}"
         + (f", `{meta['command']}`" if meta.get("command") else "") + ". Two fresh processes share one "
         "new NUMBA_CACHE_DIR: *cold* starts with it empty (every kernel is compiled), *warm* runs after it "
         "(kernels loaded from the cache).",
@@ -127,8 +128,10 @@ def main(argv=None):
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
     import numba
+    from rooflib.cpu import CPU
 
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
+            "cpu": f"{CPU['model']} ({os.cpu_count()} CPUs), {CPU['simd']} ({CPU['simd_bits']}-bit)",
             "numba": numba.__version__, "omp_wait_policy": "PASSIVE",
             "command": " ".join(["python", "bench/compile_time.py", *(sys.argv[1:] if argv is None else argv)])}
     out.mkdir(parents=True, exist_ok=True)
