@@ -160,3 +160,31 @@ def test_same_bits_at_the_edges_of_the_size_range(monkeypatch, n):
     assert out.tobytes() == out_g.tobytes()
     for name in grads:
         assert grads[name].tobytes() == grads_g[name].tobytes(), name
+
+
+def test_grad_out_is_checked_as_the_fast_backward_reads_it(monkeypatch):
+    rng = np.random.default_rng(5)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, heads=2, seed=0)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    out, cache = layer.forward(graph, x)
+    R = rng.standard_normal(out.shape).astype(np.float32)
+    want = layer.backward(cache, R)
+    calls = count_calls(monkeypatch)
+    # converted (float64, a transposed view) first, then the one kernel call
+    for given in (R.astype(np.float64), np.asfortranarray(R)):
+        got = layer.backward(cache, given)
+        for name in want:
+            assert got[name].tobytes() == want[name].tobytes(), name
+    assert calls["backward"] == 2
+    for value in (np.nan, np.inf):
+        bad = R.copy()
+        bad[-1, -1] = value  # the last element read: no early exit hides it
+        with pytest.raises(NonFiniteError, match="grad_out must be finite"):
+            layer.backward(cache, bad)
+    with pytest.raises(ValueError, match="grad_out"):
+        layer.backward(cache, R[:-1].copy())
+    with pytest.raises(ValueError, match="theta_r"):
+        layer.backward(cache, R, theta_r="quadratic")
+    with pytest.raises(TypeError, match="theta_r must be one of"):
+        layer.backward(cache, R, theta_r=["linear"])

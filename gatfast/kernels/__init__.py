@@ -50,5 +50,5 @@ def readonly(arr):
     if not arr.flags.writeable:
         return arr
     view = arr.view()
-    view.flags.writeable = False
+    view.setflags(write=False)
     return view

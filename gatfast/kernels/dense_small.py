@@ -60,11 +60,15 @@ def project2_backward(x, g_l, g_r, W_l, W_r, gW_l, gb_l, gW_r, gb_r, grad_x):
     n, f = x.shape
     width = W_l.shape[0]
     zero = x.dtype.type(0.0)
+    # The loops over the summed index run outermost, so consecutive updates
+    # go to different rows of the output (independent, not one chain
+    # through memory); each element still sums in increasing order.
     for c in range(width):
         for k in range(f):
             gW_l[c, k] = zero
             gW_r[c, k] = zero
-        for i in range(n):
+    for i in range(n):
+        for c in range(width):
             a = g_l[i, c]
             b = g_r[i, c]
             for k in range(f):
@@ -82,7 +86,8 @@ def project2_backward(x, g_l, g_r, W_l, W_r, gW_l, gb_l, gW_r, gb_r, grad_x):
         for i in range(n):
             for k in range(f):
                 grad_x[i, k] = zero
-            for c in range(width):
+        for c in range(width):
+            for i in range(n):
                 a = g_l[i, c]
                 b = g_r[i, c]
                 for k in range(f):

@@ -15,6 +15,7 @@ dense feature matrix takes this path; ``gatfast/layers/small.py`` decides.
 
 import math
 
+import numpy as np
 from numba import njit
 
 from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks
@@ -77,12 +78,7 @@ def small_layer_backward(
     alpha,
     grad_out,
     pairwise,
-    g_heads,
-    upstream,
-    delta,
-    p_term,
-    q_term,
-    att_part,
+    num_blocks,
     grad_att,
     grad_bias,
     gW_l,
@@ -91,20 +87,37 @@ def small_layer_backward(
     gb_r,
     grad_x,
 ):
-    """Every gradient of the layer given ``grad_out`` (n, out_dim); writes the ``g*`` and ``grad_*`` arrays.
+    """Every gradient of the layer given ``grad_out`` (n, out_dim); returns whether ``grad_out`` is finite.
 
-    ``g_heads`` (n, H, C) receives the per-head gradient: ``grad_out``
-    itself with concatenated heads, ``grad_out / H`` with averaged ones.
-    ``att_part`` (B, H, C) has the general path's number of row blocks and
-    is added up in block order into ``grad_att``. ``grad_bias`` of size 0
-    (no bias) is skipped, as ``gb_l`` and ``gb_r``. ``no_edges`` (0, 1) and
-    ``no_edge_weights`` (H, 1, C) stand for the absent edge features.
+    Writes the ``g*`` and ``grad_*`` arrays (garbage when ``grad_out`` is
+    not finite: the caller then takes the general path, which names the
+    error). The per-head gradient is ``grad_out`` itself with concatenated
+    heads, ``grad_out / H`` with averaged ones. The attention gradient is
+    summed over the general path's ``num_blocks`` row blocks, in block
+    order. ``grad_bias`` of size 0 (no bias) is skipped, as ``gb_l`` and
+    ``gb_r``. ``no_edges`` (0, 1) and ``no_edge_weights`` (H, 1, C) stand for
+    the absent edge features. The scratch arrays are allocated here: a
+    NumPy allocation and an argument from Python cost more than the work.
     """
     n = x.shape[0]
     heads, channels = att.shape
     width = heads * channels
     concat = grad_out.shape[1] == width
     inv = xl.dtype.type(heads)
+    dtype = xl.dtype
+    nnz = indices.size
+    g_heads = np.empty((n, heads, channels), dtype)
+    upstream = np.empty((nnz, heads), dtype)
+    delta = np.empty((nnz, heads), dtype)
+    p_term = np.empty((n, heads, channels), dtype)
+    q_term = np.empty((n, heads, channels), dtype)
+    att_part = np.empty((num_blocks, heads, channels), dtype)
+    finite = True
+    for i in range(n):
+        for c in range(grad_out.shape[1]):
+            finite = finite and math.isfinite(grad_out[i, c])
+    if not finite:
+        return False
     for i in range(n):
         for h in range(heads):
             for c in range(channels):
@@ -177,3 +190,4 @@ def small_layer_backward(
     project2_backward(
         x, q_term.reshape(n, width), p_term.reshape(n, width), W_l, W_r, gW_l, gb_l, gW_r, gb_r, grad_x
     )
+    return True

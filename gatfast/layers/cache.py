@@ -20,7 +20,7 @@ def _frozen(arr, owned):
     """
     if not owned:
         arr = arr.view()
-    arr.flags.writeable = False
+    arr.setflags(write=False)
     return arr
 
 

@@ -384,14 +384,23 @@ class GATv2Layer:
         if not isinstance(cache, LayerCache):
             raise TypeError(f"cache must be the LayerCache returned by forward, got {type(cache).__name__}")
         cache.check_owner(self._token, self)
-        V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))
-        grad_out = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
+        if not isinstance(theta_r, str):
+            raise TypeError(f"theta_r must be one of {list(THETA_R_FORMS)!r}, got {type(theta_r).__name__}")
+        if theta_r not in THETA_R_FORMS:
+            V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))  # raises, naming the choices
+        pairwise = theta_r == "pairwise"
+        # a small plain layer takes one kernel call, with grad_out checked as it is read
         with _runtime.compile_notice(("small_backward", self.dtype.char)):
-            grads = small.backward(self, cache, grad_out, theta_r == "pairwise")
-        if grads is None:
-            work = cache.inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
-            with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
-                grads = attention_backward(
-                    self, cache, grad_out, theta_r == "pairwise", self._workspace, bool(input_grad))
+            grads = small.backward(self, cache, grad_out, pairwise)
+        if grads is not None:
+            return grads
+        checked = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
+        if checked is not grad_out:  # converted: the small path may take it now
+            grads = small.backward(self, cache, checked, pairwise)
+            if grads is not None:
+                return grads
+        work = cache.inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
+        with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
+            grads = attention_backward(self, cache, checked, pairwise, self._workspace, bool(input_grad))
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
         return {k: grads[k] for k in keys}

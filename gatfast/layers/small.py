@@ -30,7 +30,7 @@ ENABLED = True
 
 
 def _read_only(arr):
-    arr.flags.writeable = False
+    arr.setflags(write=False)
     return arr
 
 
@@ -112,33 +112,45 @@ def forward(layer, graph, x, edge_attr, training):
 def backward(layer, cache, grad_out, pairwise):
     """The gradients of ``layer.backward`` on the fast path, or None where it does not apply.
 
-    ``cache`` and ``grad_out`` are already checked. Applies to caches of the
-    fast forward and to those of the general one with the same conditions.
+    ``cache`` is already checked; ``grad_out`` is taken only as a finite,
+    C-contiguous array of the layer's dtype and shape (the kernel checks
+    finiteness as it reads it), anything else goes the general way, which
+    converts it or names the error. Applies to caches of the fast forward
+    and to those of the general one with the same conditions. The dict is
+    in ``layer.backward``'s order: the parameters', then ``"x"``.
     """
     inputs = cache.inputs
     x = inputs.x_src
-    if not (ENABLED and inputs.relation == "same" and type(x) is np.ndarray and _plain(layer)):
+    if not (ENABLED and inputs.relation == "same" and type(x) is np.ndarray and type(grad_out) is np.ndarray):
         return None
     n = x.shape[0]
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
-    if not is_small(n, x.shape[1], H * C) or cache.graph.num_dst != n:
-        return None
     g = cache.graph
+    if (
+        not _plain(layer)
+        or grad_out.dtype != dtype
+        or grad_out.shape != (n, layer.out_dim)
+        or not grad_out.flags.c_contiguous
+        or g.num_dst != n
+        or not is_small(n, x.shape[1], H * C)
+    ):
+        return None
     p = cache.params
     k = layer.constants
     W_l, W_r = p["W_l"], p["W_r"]
     src_indptr, src_edges = g.source_order()
     width = H * C if layer.bias else 0
-    grad_bias = np.empty(grad_out.shape[1] if layer.bias else 0, dtype)
-    g_heads = np.empty((n, H, C), dtype)
-    q_term = np.empty((n, H, C), dtype)
-    p_term = np.empty((n, H, C), dtype)
-    grad_att = np.empty((H, C), dtype)
-    gW_l, gW_r = np.empty(W_l.shape, dtype), np.empty(W_r.shape, dtype)
-    gb_l, gb_r = np.empty(width, dtype), np.empty(width, dtype)
-    grad_x = np.empty(x.shape, dtype)
-    small_layer_backward(
-        readonly(x),
+    grads = {
+        "W_l": np.empty(W_l.shape, dtype),
+        "b_l": np.empty(width, dtype),
+        "W_r": np.empty(W_r.shape, dtype),
+        "b_r": np.empty(width, dtype),
+        "att": np.empty((H, C), dtype),
+        "bias": np.empty(grad_out.shape[1] if layer.bias else 0, dtype),
+        "x": np.empty(x.shape, dtype),
+    }
+    finite = small_layer_backward(
+        x,  # the cache's read-only copy
         W_l,
         W_r,
         g.indptr,
@@ -157,21 +169,17 @@ def backward(layer, cache, grad_out, pairwise):
         cache.alpha,
         readonly(grad_out),
         pairwise,
-        g_heads,
-        np.empty((g.nnz, H), dtype),
-        np.empty((g.nnz, H), dtype),
-        p_term,
-        q_term,
-        np.empty((num_att_blocks(n), H, C), dtype),
-        grad_att,
-        grad_bias,
-        gW_l,
-        gb_l,
-        gW_r,
-        gb_r,
-        grad_x,
+        num_att_blocks(n),
+        grads["att"],
+        grads["bias"],
+        grads["W_l"],
+        grads["b_l"],
+        grads["W_r"],
+        grads["b_r"],
+        grads["x"],
     )
-    grads = {"W_l": gW_l, "W_r": gW_r, "att": grad_att, "x": grad_x}
-    if layer.bias:
-        grads.update(b_l=gb_l, b_r=gb_r, bias=grad_bias)
+    if not finite:
+        return None
+    if not layer.bias:
+        del grads["b_l"], grads["b_r"], grads["bias"]
     return grads
