@@ -288,3 +288,43 @@ def test_adam_trains_a_network():
         assert last < 0.5 * first
     finally:
         numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: Adam(p, lr=0.01), lambda p: Adam(p, lr=0.01, weight_decay=1e-3),
+     lambda p: AdamW(p, lr=0.01), lambda p: Adam(p, lr=0.01, betas=(0.3, 0.99)),
+     lambda p: AdamW(p, lr=0.01, betas=(0.4, 0.9), weight_decay=0.1)],
+    ids=["Adam", "Adam-wd", "AdamW", "Adam-beta1-low", "AdamW-beta1-low"],
+)
+def test_adam_kernel_gives_the_numpy_passes_bits(monkeypatch, make, dtype):
+    import gatfast.optim.adam as adam
+
+    rng = np.random.default_rng(0)
+    init = {"W": rng.standard_normal((7, 9)).astype(dtype), "b": rng.standard_normal(33).astype(dtype)}
+    grads = [{k: rng.standard_normal(v.shape).astype(dtype) for k, v in init.items()} for _ in range(12)]
+    results = []
+    for kernel_dtypes in (adam._KERNEL_DTYPES, ()):  # the one-pass kernel, then NumPy's passes
+        monkeypatch.setattr(adam, "_KERNEL_DTYPES", kernel_dtypes)
+        params = {k: v.copy() for k, v in init.items()}
+        opt = make(params)
+        for g in grads:
+            opt.step(g)
+        results.append((params, opt.state_dict()))
+    (fused, fused_state), (passes, passes_state) = results
+    for k in init:
+        assert not np.array_equal(fused[k], init[k])
+        assert fused[k].tobytes() == passes[k].tobytes(), k
+    for k, v in passes_state.items():
+        assert np.asarray(fused_state[k]).tobytes() == np.asarray(v).tobytes(), k
+
+
+def test_adam_updates_a_non_contiguous_parameter_in_place():
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((6, 8))
+    view = base[:, ::2]  # a strided view: the NumPy passes, still in place
+    want = view.copy()
+    Adam({"w": want}, lr=0.1).step({"w": np.ones_like(want)})
+    Adam({"w": view}, lr=0.1).step({"w": np.ones_like(view)})
+    assert np.array_equal(base[:, ::2], want)

@@ -333,3 +333,29 @@ def test_failed_calls_modify_no_input(layer, graph, x):
     np.testing.assert_array_equal(grad_bad, np.ones((4, 3)))
     for name, arr in params_before.items():
         np.testing.assert_array_equal(layer.params[name], arr)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("size", [0, 1, 7, 4095, 4096, 50_000])  # both sides of the small-array cut-off
+@pytest.mark.parametrize("bad", [None, np.nan, np.inf, -np.inf])
+def test_all_finite_finds_every_non_finite_value(dtype, size, bad):
+    from gatfast._validate import all_finite
+
+    rng = np.random.default_rng(size)
+    arr = rng.standard_normal(size).astype(dtype)
+    if bad is None or size == 0:
+        assert all_finite(arr) and all_finite(arr[::-1]) and all_finite(arr.reshape(-1, 1).T)
+        return
+    for where in {0, size // 2, size - 1}:
+        hit = arr.copy()
+        hit[where] = bad
+        assert not all_finite(hit), where
+        assert not all_finite(hit[::-1]), where  # a strided view
+        assert not all_finite(hit.reshape(1, -1)), where
+
+
+def test_all_finite_survives_a_sum_that_overflows():
+    from gatfast._validate import all_finite
+
+    assert all_finite(np.full(10_000, 3e38, np.float32))  # the sum overflows, the values are finite
+    assert all_finite(np.full(10, 3e38, np.float32))

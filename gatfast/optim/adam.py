@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from .. import _validate as V
+from ..kernels.optim import adam_update
 from .base import Optimizer, lerp_
 
 __all__ = ["Adam", "AdamW"]
@@ -58,20 +59,58 @@ class Adam(Optimizer):
             st["exp_avg_sq"] = np.zeros_like(p)
         st["step"] += 1
         step = st["step"]
-        if self.weight_decay != 0.0:
-            if self._decoupled:
-                p *= 1.0 - self.lr * self.weight_decay
-            else:
-                grad = grad + self.weight_decay * p
         m, v = st["exp_avg"], st["exp_avg_sq"]
-        lerp_(m, grad, 1.0 - self.beta1)
-        v *= self.beta2
-        v += (1.0 - self.beta2) * (grad * grad)
+        if _fused(p, grad, m, v):
+            adam_update(
+                p.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), *self._scalars(step, p.dtype)
+            )
+            return
         bias_correction1 = 1.0 - self.beta1**step
         bias_correction2 = 1.0 - self.beta2**step
         step_size = self.lr / bias_correction1
+        decoupled = self.weight_decay != 0.0 and self._decoupled
+        coupled = self.weight_decay != 0.0 and not self._decoupled
+        if decoupled:
+            p *= 1.0 - self.lr * self.weight_decay
+        elif coupled:
+            grad = grad + self.weight_decay * p
+        lerp_(m, grad, 1.0 - self.beta1)
+        v *= self.beta2
+        v += (1.0 - self.beta2) * (grad * grad)
         denom = np.sqrt(v) / math.sqrt(bias_correction2) + p.dtype.type(self.eps)
         p -= step_size * m / denom
+
+    def _scalars(self, step, dtype):
+        """The kernel's scalars at ``step``, rounded to ``dtype`` as NumPy rounds them (kept for the next parameter)."""
+        key = (step, dtype, self.lr, self.beta1, self.beta2, self.eps, self.weight_decay)
+        if self.__dict__.get("_scalars_key") != key:
+            t = dtype.type
+            w1 = 1.0 - self.beta1
+            decay = self.weight_decay if self._decoupled else 0.0
+            coupled = 0.0 if self._decoupled else self.weight_decay
+            self._scalars_cache = (
+                t(1.0 - self.lr * decay),
+                t(coupled),
+                t(w1),
+                t(1.0 - w1),
+                t(self.beta2),
+                t(1.0 - self.beta2),
+                t(math.sqrt(1.0 - self.beta2**step)),
+                t(self.eps),
+                t(self.lr / (1.0 - self.beta1**step)),
+                w1 >= 0.5,
+            )
+            self._scalars_key = key
+        return self._scalars_cache
+
+
+def _fused(*arrays):
+    """Whether the one-pass kernel applies: C-contiguous arrays of one float32 or float64 dtype."""
+    dtype = arrays[0].dtype
+    return dtype in _KERNEL_DTYPES and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class AdamW(Adam):

@@ -43,7 +43,7 @@ def _check_params(params):
 def _check_grad(grad, name, param):
     """The gradient as an array of the parameter's dtype and shape, or raise."""
     arr = np.asarray(grad)
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.floating):
+    if arr.dtype.kind != "f":  # floating point only (not object, int, bool or complex)
         raise TypeError(f"grads[{name!r}] must be a floating-point array, got dtype {arr.dtype}")
     if arr.shape != param.shape:
         raise ValueError(f"grads[{name!r}] must have shape {param.shape} like the parameter, got {arr.shape}")
