@@ -25,7 +25,7 @@ FLOORS = {
     "graph": set(),
     "layers": {"kernels", "graph"},
     "models": {"layers", "kernels", "graph"},
-    "optim": set(),
+    "optim": {"kernels"},
     "data": {"graph"},
     "sampling": {"graph", "kernels"},
     "training": {"models", "layers", "optim", "data", "graph", "sampling", "diagnostics"},

@@ -389,3 +389,28 @@ def test_backward_without_input_grad_gives_the_same_parameter_gradients(kind, no
     assert set(lean) == set(full) - {"x"}
     for k in lean:
         assert np.array_equal(lean[k], full[k]), k
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the overflowing BLAS call warns before the error
+@pytest.mark.parametrize("nodes", [7, 3000])  # the fast small path and the general one
+def test_non_finite_values_are_still_refused_with_the_layer_checks_skipped(nodes):
+    # the layers skip the finiteness pass over what the network already checked: its input
+    # and the gradients the layers pass down; what comes from the caller is still checked
+    rng = np.random.default_rng(nodes)
+    g = random_graph(rng, nodes, 3 * nodes)
+    x = rng.normal(size=(nodes, 3)).astype(np.float32)
+    model = GATv2Network(3, 4, 2, heads=2, num_layers=3, dtype=np.float32, seed=0)
+    for value in (np.nan, np.inf):
+        bad = x.copy()
+        bad[-1, -1] = value
+        with pytest.raises(ValueError, match="x must be finite"):
+            model.forward(g, bad)
+        out, cache = model.forward(g, x, training=True, rng=np.random.default_rng(0))
+        grad = np.ones_like(out)
+        grad[-1, -1] = value
+        with pytest.raises(ValueError, match="grad_out must be finite"):
+            model.backward(cache, grad)
+    huge = model.parameters()["layers.1.W_l"]
+    huge[...] = 3e38  # an overflow inside the network is caught where it happens
+    with pytest.raises(ValueError, match="overflow"):
+        model.forward(g, x * 1e3)

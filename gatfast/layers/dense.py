@@ -24,8 +24,9 @@ __all__ = [
     "dense_projections",
     "linear",
     "linear_into",
-    "matmul_add",
     "is_small",
+    "matmul_add",
+    "project_inputs",
     "project_into",
     "projections_into",
     "row_chunks",
@@ -195,6 +196,29 @@ def projections_into(x, W_l, b_l, W_r, b_r, out_l, out_r):
         small_projections(x, W_l, b_l, W_r, b_r, out_l, out_r)
     else:
         dense_projections(x, [(W_l, b_l, out_l), (W_r, b_r, out_r)])
+
+
+def project_inputs(layer, inputs, ws):
+    """``(xl, xr)`` of a layer: the source and target projections of its ``inputs``, shape (rows, H, C).
+
+    In the layer's workspace ``ws``; one array for both with shared weights on one input.
+    """
+    H, C, dtype = layer.heads, layer.out_features, layer.dtype
+    x_src, x_dst = inputs.x_src, inputs.x_dst
+    n_src, n_dst = x_src.shape[0], x_dst.shape[0]
+    W_l, b_l = layer.params["W_l"], layer.params.get("b_l")
+    W_r, b_r = (W_l, b_l) if layer.share_weights else (layer.params["W_r"], layer.params.get("b_r"))
+    xl = ws.empty("xl", (n_src, H, C), dtype)
+    if layer.share_weights and inputs.relation == "same":
+        project_into(x_src, W_l, b_l, xl.reshape(n_src, H * C))
+        return xl, xl
+    xr = ws.empty("xr", (n_dst, H, C), dtype)
+    if inputs.relation == "same":
+        projections_into(x_src, W_l, b_l, W_r, b_r, xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
+    else:
+        project_into(x_src, W_l, b_l, xl.reshape(n_src, H * C))
+        project_into(x_dst, W_r, b_r, xr.reshape(n_dst, H * C))
+    return xl, xr
 
 
 def matmul_add(a, b, c):

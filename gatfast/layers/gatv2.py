@@ -17,7 +17,7 @@ from .._random import RandomKeys
 from ..kernels import ACTIVATIONS
 from . import pyg, small
 from .cache import LayerCache
-from .dense import linear, project_into, projections_into
+from .dense import linear, project_inputs
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
@@ -289,12 +289,20 @@ class GATv2Layer:
             ``(cache.graph.nnz, heads)``) holds the attention in the CSR
             order of ``cache.graph``, the graph the attention ran on.
         """
+        return self._forward_checked(graph, x, edge_attr, training, rng, False)
+
+    __call__ = forward
+
+    def _forward_checked(self, graph, x, edge_attr, training, rng, x_finite):
+        """:meth:`forward`; ``x_finite`` skips the pass over ``x`` that ``GATv2Network`` already made
+        (its input, or a checked layer output after activation and dropout; an overflow there shows in
+        this layer's output check)."""
         if rng is None or isinstance(rng, (np.random.Generator, RandomKeys)):
             with _runtime.compile_notice(("small_forward", self.dtype.char)):
                 fast = small.forward(self, graph, x, edge_attr, training)
             if fast is not None:
                 return fast
-        inputs = resolve_inputs(self, graph, x, edge_attr)
+        inputs = resolve_inputs(self, graph, x, edge_attr, x_finite)
         self.params.check_shapes()  # finiteness: checked on the output, which any NaN parameter reaches
         if rng is not None and not isinstance(rng, (np.random.Generator, RandomKeys)):
             raise TypeError(f"rng must be a numpy.random.Generator or gatfast RandomKeys, got {type(rng).__name__}")
@@ -302,34 +310,13 @@ class GATv2Layer:
         with _runtime.blas_single_thread(work), _runtime.compile_notice(("forward", self.dtype.char)):
             return self._forward(inputs, bool(training), rng)
 
-    __call__ = forward
-
-    def _project(self, inputs, ws):
-        """``(xl, xr)``: the source and target projections, shape (rows, H, C)."""
-        H, C, dtype = self.heads, self.out_features, self.dtype
-        x_src, x_dst = inputs.x_src, inputs.x_dst
-        n_src, n_dst = x_src.shape[0], x_dst.shape[0]
-        W_l, b_l = self.params["W_l"], self.params.get("b_l")
-        W_r, b_r = (W_l, b_l) if self.share_weights else (self.params["W_r"], self.params.get("b_r"))
-        xl = ws.empty("xl", (n_src, H, C), dtype)
-        if self.share_weights and inputs.relation == "same":
-            project_into(x_src, W_l, b_l, xl.reshape(n_src, H * C))
-            return xl, xl
-        xr = ws.empty("xr", (n_dst, H, C), dtype)
-        if inputs.relation == "same":
-            projections_into(x_src, W_l, b_l, W_r, b_r, xl.reshape(n_src, H * C), xr.reshape(n_dst, H * C))
-        else:
-            project_into(x_src, W_l, b_l, xl.reshape(n_src, H * C))
-            project_into(x_dst, W_r, b_r, xr.reshape(n_dst, H * C))
-        return xl, xr
-
     def _forward(self, inputs, training, rng):
         g = inputs.attention
         H, C = self.heads, self.out_features
         n = g.num_dst
         params = dict(self.params)
         ws = self._workspace
-        xl, xr = self._project(inputs, ws)
+        xl, xr = project_inputs(self, inputs, ws)
         if training and self.dropout > 0.0:
             edge_scale = attention_dropout(self, inputs, self._rng if rng is None else rng, ws)
         else:
@@ -381,6 +368,11 @@ class GATv2Layer:
             (shaped and ordered as the ``edge_attr`` given, the path through
             the self-loop fill included).
         """
+        return self._backward_checked(cache, grad_out, theta_r, input_grad, False)
+
+    def _backward_checked(self, cache, grad_out, theta_r, input_grad, grad_finite):
+        """:meth:`backward`; ``grad_finite`` skips the pass over ``grad_out`` for ``GATv2Network`` below
+        its last layer (the layer above made it; a non-finite one shows in the parameter gradients)."""
         if not isinstance(cache, LayerCache):
             raise TypeError(f"cache must be the LayerCache returned by forward, got {type(cache).__name__}")
         cache.check_owner(self._token, self)
@@ -394,7 +386,7 @@ class GATv2Layer:
             grads = small.backward(self, cache, grad_out, pairwise)
         if grads is not None:
             return grads
-        checked = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype)
+        checked = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype, grad_finite)
         if checked is not grad_out:  # converted: the small path may take it now
             grads = small.backward(self, cache, checked, pairwise)
             if grads is not None:

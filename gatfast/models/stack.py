@@ -165,8 +165,9 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None):
         mask = None
         if drop:
             h, mask = _dropout(h, net.dropout, *streams.features(l))
-        out, lc = layer.forward(graphs[l], h, attrs[l], training=training,
-                                rng=streams.attention(l, isinstance(h, tuple)))
+        # h is the checked input or a checked layer output (see _forward_checked)
+        out, lc = layer._forward_checked(graphs[l], h, attrs[l], training, streams.attention(l, isinstance(h, tuple)),
+                                         True)
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):
@@ -210,7 +211,9 @@ def stack_backward(net, cache, grad, theta_r, input_grad=True):
         if net.has_activation(l):
             act_index -= 1
             grad = activation_backward(net.activation, cache.pre[act_index], cache.post[act_index], grad)
-        lg = net.layers[l].backward(cache.layer_caches[l], grad, theta_r=theta_r, input_grad=input_grad or l > 0)
+        # below the last layer, grad comes from the layer above (see _backward_checked)
+        lg = net.layers[l]._backward_checked(cache.layer_caches[l], grad, theta_r, input_grad or l > 0,
+                                             l < net.num_layers - 1)
         for k in net.layers[l].params:
             grads[f"layers.{l}.{k}"] = lg[k]
         if "edge_attr" in lg:
