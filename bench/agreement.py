@@ -24,11 +24,10 @@ of its arrays (it may run inside a worker's peak-memory window).
 from __future__ import annotations
 
 import math
-import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
+
+from gatfast._io import atomic_write
 
 # norm-wise relative difference allowed between a peer and gatfast in float32
 FLOAT32_TOL = 1e-4
@@ -49,8 +48,8 @@ def _norms(a, b):
     fa, fb = a.reshape(-1), b.reshape(-1)
     na = nb = nd = 0.0
     for lo in range(0, fa.size, CHUNK):
-        ca = fa[lo:lo + CHUNK].astype(np.float64)
-        cb = fb[lo:lo + CHUNK].astype(np.float64)
+        ca = fa[lo : lo + CHUNK].astype(np.float64)
+        cb = fb[lo : lo + CHUNK].astype(np.float64)
         na += float(ca @ ca)
         nb += float(cb @ cb)
         ca -= cb
@@ -90,22 +89,16 @@ def check(got, want, peer, workload, tol=FLOAT32_TOL):
     errs = errors(got, want)
     worst = max(errs, key=errs.get)
     if not errs[worst] <= tol:
-        raise Disagreement(f"{peer} and gatfast differ on {workload}: {worst} rel. error {errs[worst]:.2e} > "
-                           f"{tol:g} ({', '.join(f'{k} {v:.1e}' for k, v in errs.items())})")
+        raise Disagreement(
+            f"{peer} and gatfast differ on {workload}: {worst} rel. error {errs[worst]:.2e} > "
+            f"{tol:g} ({', '.join(f'{k} {v:.1e}' for k, v in errs.items())})"
+        )
     return errs
 
 
 def save(path, arrays):
     """Write a reference (name -> array) to ``path`` (.npz, atomically)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
-    os.close(fd)
-    try:
-        np.savez(tmp, **{k: np.asarray(v) for k, v in arrays.items()})
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic_write(path, lambda fh: np.savez(fh, **{k: np.asarray(v) for k, v in arrays.items()}))
 
 
 def load(path):

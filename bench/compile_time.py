@@ -37,6 +37,8 @@ sys.path.insert(0, str(HERE))
 
 import outdirs  # noqa: E402
 
+from gatfast._io import atomic_write_text  # noqa: E402
+
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -68,11 +70,18 @@ print(json.dumps({{"import_s": t_import, "first_layer_fwd_bwd_s": t_layer, "seco
 
 
 def run(cache_dir, threads):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache_dir), NUMBA_NUM_THREADS=str(threads),
-               OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    env = dict(
+        os.environ,
+        NUMBA_CACHE_DIR=str(cache_dir),
+        NUMBA_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        OPENBLAS_NUM_THREADS=str(threads),
+        OMP_WAIT_POLICY="PASSIVE",
+    )
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE))], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD.format(bench=str(HERE))], env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
@@ -94,9 +103,11 @@ def markdown(res, meta):
     lines = [
         "# gatfast first-call (compilation) cost",
         "",
-        f"{meta['date']}, " + (f"{meta['cpu']}, " if meta.get("cpu") else "")
+        f"{meta['date']}, "
+        + (f"{meta['cpu']}, " if meta.get("cpu") else "")
         + f"{meta['threads']} threads, numba {meta['numba']}"
-        + (f", `{meta['command']}`" if meta.get("command") else "") + ". Two fresh processes share one "
+        + (f", `{meta['command']}`" if meta.get("command") else "")
+        + ". Two fresh processes share one "
         "new NUMBA_CACHE_DIR: *cold* starts with it empty (every kernel is compiled), *warm* runs after it "
         "(kernels loaded from the cache).",
         "",
@@ -107,13 +118,6 @@ def markdown(res, meta):
         lines.append(f"| {label} | {res['cold'][key]:.3f} | {res['warm'][key]:.3f} |")
     lines.append("")
     return "\n".join(lines)
-
-
-def _write_atomic(path, text):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def main(argv=None):
@@ -130,14 +134,18 @@ def main(argv=None):
     import numba
     from rooflib.cpu import CPU
 
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
-            "cpu": f"{CPU['model']} ({os.cpu_count()} CPUs), {CPU['simd']} ({CPU['simd_bits']}-bit)",
-            "numba": numba.__version__, "omp_wait_policy": "PASSIVE",
-            "command": " ".join(["python", "bench/compile_time.py", *(sys.argv[1:] if argv is None else argv)])}
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "threads": args.threads,
+        "cpu": f"{CPU['model']} ({os.cpu_count()} CPUs), {CPU['simd']} ({CPU['simd_bits']}-bit)",
+        "numba": numba.__version__,
+        "omp_wait_policy": "PASSIVE",
+        "command": " ".join(["python", "bench/compile_time.py", *(sys.argv[1:] if argv is None else argv)]),
+    }
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(res, meta)
-    _write_atomic(out / "compile_time.md", text)
-    _write_atomic(out / "compile_time.json", json.dumps({"meta": meta, **res}, indent=1))
+    atomic_write_text(out / "compile_time.md", text)  # the permissions of the file replaced, or the umask's
+    atomic_write_text(out / "compile_time.json", json.dumps({"meta": meta, **res}, indent=1))
     print(text)
     return 0
 
