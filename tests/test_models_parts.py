@@ -426,3 +426,41 @@ def test_linear_bad_input():
         lin.backward(None, np.zeros((4, 3)))
     with pytest.raises(ValueError, match=r"params\['weight'\] must have shape"):
         lin.params["weight"] = np.zeros((2, 3))
+
+
+@pytest.mark.parametrize("name", ["elu", "relu", "identity"])
+def test_check_finite_false_skips_only_the_nan_check(name):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 9)).astype(np.float32)
+    g = rng.standard_normal((5, 9)).astype(np.float32)
+    y = activation_forward(name, x)
+    assert activation_forward(name, x, check_finite=False).tobytes() == y.tobytes()
+    want = activation_backward(name, x, y, g)
+    assert activation_backward(name, x, y, g, check_finite=False).tobytes() == want.tobytes()
+    bad = x.copy()
+    bad[4, 8] = np.nan
+    with pytest.raises(ValueError, match="x must be finite"):
+        activation_forward(name, bad)
+    with pytest.raises(ValueError, match="grad_y must be finite"):
+        activation_backward(name, x, y, np.where(x > 0, np.inf, g))
+    assert np.isnan(activation_forward(name, bad, check_finite=False)[4, 8])  # passed through, not refused
+    with pytest.raises(TypeError, match="floating-point"):  # the other checks stay
+        activation_forward(name, x.astype(np.int64), check_finite=False)
+
+
+def test_apply_dropout_check_finite_false_gives_the_same_result():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((6, 4))
+    for given in (x, sp.csr_array(x * (x > 0))):
+        y, m = apply_dropout(given, 0.5, np.random.default_rng(2))
+        y2, m2 = apply_dropout(given, 0.5, np.random.default_rng(2), check_finite=False)
+        assert np.array_equal(m, m2)
+        assert np.array_equal(y.toarray() if sp.issparse(y) else y, y2.toarray() if sp.issparse(y2) else y2)
+    bad = x.copy()
+    bad[0, 0] = np.inf
+    with pytest.raises(ValueError, match="x must be finite"):
+        apply_dropout(bad, 0.5, np.random.default_rng(2))
+    with pytest.raises(ValueError, match="x must be finite"):
+        apply_dropout(sp.csr_array(bad), 0.5, np.random.default_rng(2))
+    with pytest.raises(ValueError, match="p must be"):
+        apply_dropout(x, 1.5, np.random.default_rng(2), check_finite=False)

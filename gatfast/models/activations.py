@@ -14,7 +14,7 @@ __all__ = ["ACTIVATIONS", "activation_backward", "activation_forward"]
 ACTIVATIONS = ("elu", "relu", "identity")
 
 
-def activation_forward(name, x):
+def activation_forward(name, x, check_finite=True):
     """Apply an elementwise activation.
 
     Parameters
@@ -23,6 +23,10 @@ def activation_forward(name, x):
         ELU uses ``alpha = 1`` (the PyTorch/PyG default).
     x : ndarray of float
         The input.
+    check_finite : bool, default True
+        Refuse NaN or inf in ``x``. False skips that pass over the data,
+        for a caller that checked it (as ``GATv2Network`` does with its
+        layers' outputs).
 
     Returns
     -------
@@ -30,7 +34,7 @@ def activation_forward(name, x):
         A new array; ``x`` is untouched.
     """
     V.check_choice(name, "name", set(ACTIVATIONS))
-    x = V.float_array(x, "x")
+    x = V.float_array(x, "x", check_finite)
     if name == "identity":
         return x.copy()
     if name == "relu":
@@ -44,7 +48,7 @@ def activation_forward(name, x):
     return np.where(x > 0, x, np.expm1(np.minimum(x, x.dtype.type(0))))
 
 
-def activation_backward(name, x, y, grad_y):
+def activation_backward(name, x, y, grad_y, check_finite=True):
     """Gradient of an activation: ``grad_x = grad_y * f'(x)``.
 
     Parameters
@@ -57,6 +61,9 @@ def activation_backward(name, x, y, grad_y):
         from ``x`` so it keeps full relative precision for very negative x).
     grad_y : ndarray, same shape
         Upstream gradient.
+    check_finite : bool, default True
+        Refuse NaN or inf in the three arrays; False skips those passes
+        (see :func:`activation_forward`).
 
     Returns
     -------
@@ -64,9 +71,9 @@ def activation_backward(name, x, y, grad_y):
         The gradient with respect to ``x``.
     """
     V.check_choice(name, "name", set(ACTIVATIONS))
-    x = V.float_array(x, "x")
-    y = V.float_array(y, "y")
-    grad_y = V.float_array(grad_y, "grad_y")
+    x = V.float_array(x, "x", check_finite)
+    y = V.float_array(y, "y", check_finite)
+    grad_y = V.float_array(grad_y, "grad_y", check_finite)
     V.same_shape(y, "y", x.shape, "x")
     V.same_shape(grad_y, "grad_y", x.shape, "x")
     if name == "identity":

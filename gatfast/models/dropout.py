@@ -84,7 +84,7 @@ def _keyed_dense(rng, x, p, row_ids):
     return y, mask
 
 
-def apply_dropout(x, p, rng, row_ids=None):
+def apply_dropout(x, p, rng, row_ids=None, check_finite=True):
     """Inverted dropout on a dense array or on the stored values of a sparse matrix.
 
     Parameters
@@ -102,6 +102,9 @@ def apply_dropout(x, p, rng, row_ids=None):
     row_ids : ndarray of int, optional
         Global ids of the rows of ``x`` (keyed masks only; default
         ``[0, n)``).
+    check_finite : bool, default True
+        Refuse NaN or inf in ``x``; False skips that pass over the data,
+        for a caller that checked it (as ``GATv2Network`` does).
 
     Returns
     -------
@@ -122,14 +125,14 @@ def apply_dropout(x, p, rng, row_ids=None):
         if x.ndim != 2:
             raise ValueError(f"x must be 2-D, got shape {x.shape}")
         csr = sp.csr_array(x)
-        if not V.all_finite(csr.data):
+        if check_finite and not V.all_finite(csr.data):
             raise V.NonFiniteError("x must be finite, but contains NaN or inf")
         if p == 0.0:
             return csr, np.ones(csr.data.shape, csr.dtype)
         mask = _keyed_mask(rng, csr, p, row_ids) if keyed else dropout_mask(rng, csr.data.shape, p, csr.dtype)
         y = sp.csr_array((csr.data * mask, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
         return y, mask
-    x = V.float_array(x, "x")
+    x = V.float_array(x, "x", check_finite)
     if x.dtype not in V.FLOAT_DTYPES:
         raise TypeError(f"x must be float32 or float64, got {x.dtype}")
     if p == 0.0:

@@ -103,10 +103,11 @@ def _checked_input(net, graph, x):
 
 def _dropout(h, p, rng, row_ids):
     if isinstance(h, tuple):  # bipartite input: targets keyed apart from sources, by position
-        (a, ma) = apply_dropout(h[0], p, rng, row_ids)
-        (b, mb) = apply_dropout(h[1], p, rng.child(1) if isinstance(rng, RandomKeys) else rng)
+        (a, ma) = apply_dropout(h[0], p, rng, row_ids, check_finite=False)
+        (b, mb) = apply_dropout(h[1], p, rng.child(1) if isinstance(rng, RandomKeys) else rng, check_finite=False)
         return (a, b), (ma, mb)
-    return apply_dropout(h, p, rng, row_ids)
+    # h is the checked input or a checked layer's activated output
+    return apply_dropout(h, p, rng, row_ids, check_finite=False)
 
 
 class _Streams:
@@ -171,7 +172,7 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None):
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):
-            post = activation_forward(net.activation, out)
+            post = activation_forward(net.activation, out, check_finite=False)  # a checked layer output
             cache.pre.append(out)
             cache.post.append(post)
             h = post
@@ -210,7 +211,8 @@ def stack_backward(net, cache, grad, theta_r, input_grad=True):
     for l in range(net.num_layers - 1, -1, -1):
         if net.has_activation(l):
             act_index -= 1
-            grad = activation_backward(net.activation, cache.pre[act_index], cache.post[act_index], grad)
+            grad = activation_backward(net.activation, cache.pre[act_index], cache.post[act_index], grad,
+                                       check_finite=False)  # what the network made
         # below the last layer, grad comes from the layer above (see _backward_checked)
         lg = net.layers[l]._backward_checked(cache.layer_caches[l], grad, theta_r, input_grad or l > 0,
                                              l < net.num_layers - 1)
