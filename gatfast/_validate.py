@@ -125,7 +125,7 @@ def _finite_cast(arr, name, dtype, known_finite=False):
             raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
         return arr
     with np.errstate(over="ignore", invalid="ignore"):
-        out = np.ascontiguousarray(arr, dtype=dtype)
+        out = np.asarray(arr, dtype=dtype, order="C")  # keeps a 0-d array 0-d (ascontiguousarray does not)
     _check_cast_values(out, arr, name, dtype)
     return out
 

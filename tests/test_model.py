@@ -414,3 +414,19 @@ def test_non_finite_values_are_still_refused_with_the_layer_checks_skipped(nodes
     huge[...] = 3e38  # an overflow inside the network is caught where it happens
     with pytest.raises(ValueError, match="overflow"):
         model.forward(g, x * 1e3)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("nodes", [7, 3000])  # the fast small path and the general one
+def test_a_dropout_overflow_on_a_row_no_edge_reads_is_refused(nodes):
+    # x * 1 / (1 - p) overflows for |x| near float32's maximum; the last node has no edges and
+    # no self loop, so the inf would never reach an output: the dropout output is checked
+    rng = np.random.default_rng(0)
+    src, dst = rng.integers(0, nodes - 1, (2, 3 * nodes))
+    g = CSRGraph.from_edge_index(np.stack([src, dst]), nodes)
+    model = GATv2Network(16, 2, 2, num_layers=2, heads=1, dropout=0.5, add_self_loops=False, dtype=np.float32,
+                         seed=0)
+    x = np.ones((nodes, 16), np.float32)
+    x[-1] = 3e38  # 16 values: some survive the dropout
+    with pytest.raises(ValueError, match="must be finite"):
+        model.forward(g, x, training=True, rng=np.random.default_rng(0))

@@ -328,3 +328,27 @@ def test_adam_updates_a_non_contiguous_parameter_in_place():
     Adam({"w": want}, lr=0.1).step({"w": np.ones_like(want)})
     Adam({"w": view}, lr=0.1).step({"w": np.ones_like(view)})
     assert np.array_equal(base[:, ::2], want)
+
+
+def test_adam_refuses_a_state_of_another_shape_instead_of_reading_past_it():
+    params = {"w": np.zeros(1000, np.float32)}
+    opt = Adam(params)
+    opt.step({"w": np.ones(1000, np.float32)})
+    opt.state["w"]["exp_avg"] = np.zeros(4, np.float32)  # the kernel would run 1000 steps over 4 values
+    with pytest.raises(ValueError, match="Adam state of 'w' has shapes"):
+        opt.step({"w": np.ones(1000, np.float32)})
+
+
+def test_adam_state_of_a_0d_parameter_round_trips_through_another_dtype():
+    params = {"s": np.array(0.5, np.float32), "v": np.ones(3, np.float32)}
+    opt = Adam(params, lr=0.1)
+    opt.step({"s": np.array(1.0, np.float32), "v": np.ones(3, np.float32)})
+    state = {k: v.astype(np.float64) if isinstance(v, np.ndarray) else v for k, v in opt.state_dict().items()}
+    fresh_params = {k: v.copy() for k, v in params.items()}
+    fresh = Adam(fresh_params, lr=0.1)
+    fresh.load_state_dict(state)
+    assert fresh.state["s"]["exp_avg"].shape == ()
+    for o, p in ((opt, params), (fresh, fresh_params)):
+        o.step({"s": np.array(2.0, np.float32), "v": np.ones(3, np.float32)})
+    assert params["s"].tobytes() == fresh_params["s"].tobytes()
+    fresh.load_state_dict(fresh.state_dict())  # its own state reloads

@@ -188,3 +188,14 @@ def test_grad_out_is_checked_as_the_fast_backward_reads_it(monkeypatch):
         layer.backward(cache, R, theta_r="quadratic")
     with pytest.raises(TypeError, match="theta_r must be one of"):
         layer.backward(cache, R, theta_r=["linear"])
+
+
+def test_nan_in_a_row_no_edge_reads_is_refused_on_the_fast_path(monkeypatch):
+    graph = CSRGraph.from_edge_index(np.array([[0, 1], [1, 0]]), 4)  # nodes 2 and 3: no edges
+    layer = GATv2Layer(3, 2, add_self_loops=False, seed=0)
+    x = np.ones((4, 3), np.float32)
+    x[3, 0] = np.nan
+    calls = count_calls(monkeypatch)
+    with pytest.raises(NonFiniteError, match="x must be finite"):
+        layer.forward(graph, x)
+    assert calls["forward"] == 1  # the fast path saw it and handed over to the general one

@@ -28,13 +28,18 @@ from .pairwise import gatv2_pairwise_theta_r_rows
 def small_layer_forward(
     x, W_l, b_l, W_r, b_r, indptr, indices, att, slope, kind, edge_scale, bias, xl, xr, alpha, per_head, out
 ):
-    """Projections, attention and output of the layer; returns whether ``out`` is finite.
+    """Projections, attention and output of the layer; returns whether ``x`` and ``out`` are finite.
 
     ``out`` (n, H*C) is a view of ``per_head`` when the heads are
     concatenated, else (n, C) gets their mean; ``bias`` of size 0 is none.
+    ``x`` is checked too: a NaN in a row no edge reads would not reach ``out``.
     """
     n = x.shape[0]
     heads, channels = att.shape
+    for i in range(n):
+        for k in range(x.shape[1]):
+            if not math.isfinite(x[i, k]):
+                return False
     project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
     gatv2_forward_rows(0, n, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, per_head)
     concat = out.shape[1] == heads * channels

@@ -150,7 +150,7 @@ def backward(layer, cache, grad_out, pairwise):
         "x": np.empty(x.shape, dtype),
     }
     finite = small_layer_backward(
-        x,  # the cache's read-only copy
+        readonly(x),  # a general forward's cache may hold the caller's writable array
         W_l,
         W_r,
         g.indptr,

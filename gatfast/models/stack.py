@@ -166,9 +166,10 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None):
         mask = None
         if drop:
             h, mask = _dropout(h, net.dropout, *streams.features(l))
-        # h is the checked input or a checked layer output (see _forward_checked)
+        # h is the checked input or a checked layer output (see _forward_checked); dropout's
+        # 1 / (1 - p) can overflow a huge finite value, so its output is checked again
         out, lc = layer._forward_checked(graphs[l], h, attrs[l], training, streams.attention(l, isinstance(h, tuple)),
-                                         True)
+                                         mask is None)
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):

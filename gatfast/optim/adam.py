@@ -60,6 +60,11 @@ class Adam(Optimizer):
         st["step"] += 1
         step = st["step"]
         m, v = st["exp_avg"], st["exp_avg_sq"]
+        if m.shape != p.shape or v.shape != p.shape:  # the kernel trusts them: never read past the end
+            raise ValueError(
+                f"the Adam state of {name!r} has shapes {m.shape} and {v.shape}, but the parameter "
+                f"has shape {p.shape} (a state_dict of another model?)"
+            )
         if _fused(p, grad, m, v):
             adam_update(
                 p.reshape(-1), grad.reshape(-1), m.reshape(-1), v.reshape(-1), *self._scalars(step, p.dtype)
@@ -88,7 +93,7 @@ class Adam(Optimizer):
             w1 = 1.0 - self.beta1
             decay = self.weight_decay if self._decoupled else 0.0
             coupled = 0.0 if self._decoupled else self.weight_decay
-            self._scalars_cache = (
+            self._scalars_cache = scalars = (
                 t(1.0 - self.lr * decay),
                 t(coupled),
                 t(w1),
@@ -101,6 +106,7 @@ class Adam(Optimizer):
                 w1 >= 0.5,
             )
             self._scalars_key = key
+            return scalars
         return self._scalars_cache
 
 
