@@ -92,14 +92,14 @@ def _check_float_kind(dtype, name):
         raise TypeError(f"{name} must have a floating-point dtype, got {dtype}")
 
 
-def check_dense(value, name, shape, dtype, known_finite=False):
+def check_dense(value, name, shape, dtype, finite=True):
     """Return ``value`` as a C-contiguous array of ``dtype`` and ``shape``.
 
     ``shape`` entries of ``None`` match any size. A float array of another
     precision is converted (a copy); non-float data raises TypeError and
     NaN/inf raises ValueError, checked after the conversion (a float64
     value too large for float32 is refused, not turned into inf). The input
-    is never modified. ``known_finite`` skips the finiteness pass when
+    is never modified. ``finite=False`` skips the finiteness pass when
     nothing is converted (see :func:`check_features`).
     """
     if sp.issparse(value):
@@ -111,17 +111,17 @@ def check_dense(value, name, shape, dtype, known_finite=False):
     if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
         want = str(tuple("*" if s is None else s for s in shape)).replace("'", "")
         raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
-    return _finite_cast(arr, name, dtype, known_finite)
+    return _finite_cast(arr, name, dtype, finite)
 
 
-def _finite_cast(arr, name, dtype, known_finite=False):
+def _finite_cast(arr, name, dtype, finite=True):
     """``arr`` as C-contiguous ``dtype``, checked for NaN/inf *after* the cast.
 
     A float64 value beyond float32's range (|x| > 3.4e38) would become inf
     in the cast; checking only the input would let it through.
     """
     if arr.dtype == dtype and arr.flags.c_contiguous:  # nothing to convert (the common case)
-        if not known_finite and not all_finite(arr):
+        if finite and not all_finite(arr):
             raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
         return arr
     with np.errstate(over="ignore", invalid="ignore"):
@@ -142,16 +142,16 @@ def _check_cast_values(out, arr, name, dtype):
     raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
 
 
-def check_features(x, name, num_nodes, num_features, dtype, known_finite=False):
+def check_features(x, name, num_nodes, num_features, dtype, finite=True):
     """Validate node features, dense or scipy.sparse; sparse stays sparse (CSR).
 
-    ``known_finite``: the caller made ``x`` from values already checked (a
+    ``finite=False``: the caller made ``x`` from values already checked (a
     network passing one layer's output to the next), so an array needing
     no conversion skips the finiteness pass.
     """
     if (type(x) is np.ndarray and x.dtype == dtype and x.shape == (num_nodes, num_features)
             and x.flags.c_contiguous):  # the common case, in O(1) plus one finiteness pass
-        if not known_finite and not all_finite(x):
+        if finite and not all_finite(x):
             raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
         return x
     if sp.issparse(x):

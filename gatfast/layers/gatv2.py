@@ -386,7 +386,7 @@ class GATv2Layer:
             grads = small.backward(self, cache, grad_out, pairwise)
         if grads is not None:
             return grads
-        checked = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype, grad_finite)
+        checked = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype, not grad_finite)
         if checked is not grad_out:  # converted: the small path may take it now
             grads = small.backward(self, cache, checked, pairwise)
             if grads is not None:

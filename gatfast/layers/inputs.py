@@ -56,7 +56,7 @@ def check_fill_value(fill_value, edge_dim):
     return tuple(float(v) for v in arr)
 
 
-def _features(layer, graph, x, known_finite=False):
+def _features(layer, graph, x, finite=True):
     """``(x_src, x_dst, relation)``, validated and converted to the layer's dtype."""
     n_dst, n_src = graph.shape
     f_src, f_dst = layer.in_features_src, layer.in_features_dst
@@ -64,20 +64,20 @@ def _features(layer, graph, x, known_finite=False):
         if not isinstance(x, (tuple, list)) or len(x) != 2:
             raise TypeError(f"x must be a pair (x_src, x_dst) for a bipartite layer built with in_features="
                             f"{layer.in_features!r}, got {type(x).__name__}")
-        x_src = V.check_features(x[0], "x[0] (x_src)", n_src, f_src, layer.dtype, known_finite)
-        x_dst = V.check_features(x[1], "x[1] (x_dst)", n_dst, f_dst, layer.dtype, known_finite)
+        x_src = V.check_features(x[0], "x[0] (x_src)", n_src, f_src, layer.dtype, finite)
+        x_dst = V.check_features(x[1], "x[1] (x_dst)", n_dst, f_dst, layer.dtype, finite)
         return x_src, x_dst, "pair"
     if isinstance(x, (tuple, list)):
         raise TypeError("x is a pair (x_src, x_dst) but this layer takes one feature matrix: build "
                         "GATv2Layer((F_src, F_dst), ...) for bipartite input")
     if n_src == n_dst:
-        x = V.check_features(x, "x", n_dst, f_src, layer.dtype, known_finite)
+        x = V.check_features(x, "x", n_dst, f_src, layer.dtype, finite)
         return x, x, "same"
     if n_src < n_dst:
         raise ValueError(f"graph has more targets ({n_dst}) than sources ({n_src}): one feature matrix can only "
                          "describe a block whose targets are its first sources; pass (x_src, x_dst) to a "
                          "bipartite layer instead")
-    x = V.check_features(x, "x", n_src, f_src, layer.dtype, known_finite)
+    x = V.check_features(x, "x", n_src, f_src, layer.dtype, finite)
     return x, x[:n_dst], "prefix"
 
 
@@ -103,7 +103,7 @@ def resolve_inputs(layer, graph, x, edge_attr, x_finite=False):
     edge attributes are always checked.
     """
     graph = V.as_graph(graph)
-    x_src, x_dst, relation = _features(layer, graph, x, x_finite)
+    x_src, x_dst, relation = _features(layer, graph, x, not x_finite)
     checked = _edge_attr(layer, graph, edge_attr)
     if layer.root_weight is not None:
         attention = graph.without_self_loops()

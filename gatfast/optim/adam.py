@@ -116,7 +116,7 @@ def _fused(*arrays):
     return dtype in _KERNEL_DTYPES and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
 
 
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_KERNEL_DTYPES = V.FLOAT_DTYPES  # the dtypes the Numba kernel is compiled for
 
 
 class AdamW(Adam):
