@@ -87,7 +87,7 @@ def measure_sampling(ds, args):
     )
     n = len(sampler) if args.max_sample_batches is None else min(len(sampler), args.max_sample_batches)
     order = sampler.epoch_order(1)
-    for b in range(WARMUP_BATCHES):  # compile and fault in the scratch, outside the timing
+    for b in range(WARMUP_BATCHES):  # compile, outside the timing
         sampler.batch(0, b % len(sampler))
     edges, t0 = 0, time.perf_counter()
     for b in range(n):

@@ -20,7 +20,8 @@ def skewed_graph(seed=0, n=400):
     return CSRGraph.from_edge_index(np.stack([src, dst]), n)
 
 
-@pytest.mark.parametrize("fanouts", [[3], [5, 2], [2, 4, 3], [-1, 5], [25, 25]])
+# degrees up to 150: rows of <= 64 in-edges keep picks in a bit set, longer ones in a list
+@pytest.mark.parametrize("fanouts", [[3], [5, 2], [2, 4, 3], [-1, 5], [25, 25], [63], [100, 1]])
 def test_same_blocks_as_the_plain_python_sampler(fanouts):
     g = skewed_graph()
     keys = RandomKeys(7, 2, 5)
@@ -172,3 +173,21 @@ def test_layerwise_evaluation_equals_the_whole_graph_forward(chunk):
     whole = net.output(ds.graph, ds.x)
     chunked = layerwise_output(net, ds, chunk=chunk)
     np.testing.assert_allclose(chunked, whole, rtol=1e-11, atol=1e-13)
+
+
+def test_relabel_table_of_either_width_gives_first_use_order():
+    # int32 slots for every batch that fits them, int64 beyond: both give the same ids
+    from gatfast.kernels.sampling import _relabel_into, relabel
+
+    rng = np.random.default_rng(4)
+    targets = rng.choice(10**12, 300, replace=False)  # ids beyond int32 hash like any other
+    sources = np.concatenate([targets[rng.integers(0, 300, 500)], rng.integers(0, 10**12, 700)])
+    src_ids, local = relabel(targets, sources)
+    first_use = list(dict.fromkeys(np.concatenate([targets, sources]).tolist()))
+    assert src_ids.tolist() == first_use
+    np.testing.assert_array_equal(src_ids[local], sources)
+    for dtype in (np.int32, np.int64):
+        ids, loc = np.empty(1500, np.int64), np.empty(sources.size, np.int64)
+        n = _relabel_into(np.full(4096, -1, dtype), targets, sources, ids, loc)
+        assert ids[:n].tolist() == first_use
+        np.testing.assert_array_equal(loc, local)

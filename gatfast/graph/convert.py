@@ -10,12 +10,28 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = [
-    "ROWS_WARNING", "direction_is_ambiguous", "from_edge_index", "from_pyg_data", "from_scipy", "permute_edge_attr",
+    "ROWS_WARNING", "as_index_array", "check_count", "direction_is_ambiguous", "from_edge_index", "from_pyg_data", "from_scipy", "permute_edge_attr",
     "source_major",
 ]
 
 
-def _count(value, name, limit):
+def as_index_array(value, name):
+    """Return ``value`` as a 1-D int64 array or raise a clear error."""
+    if sp.issparse(value):
+        raise TypeError(f"{name} must be a 1-D integer array, got a scipy.sparse matrix")
+    arr = np.asarray(value)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)
+        else:
+            raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def check_count(value, name, limit):
+    """``value`` as an int in ``[0, limit]``, or a TypeError/ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
@@ -47,8 +63,8 @@ def from_edge_index(edge_index, num_nodes, size, limit):
             raise ValueError("pass either num_nodes (a square graph) or size (a bipartite one), not both")
         if not isinstance(size, (tuple, list)) or len(size) != 2:
             raise TypeError(f"size must be a pair (num_src, num_dst), got {size!r}")
-        n_src = _count(size[0], "size[0] (num_src)", limit)
-        n_dst = _count(size[1], "size[1] (num_dst)", limit)
+        n_src = check_count(size[0], "size[0] (num_src)", limit)
+        n_dst = check_count(size[1], "size[1] (num_dst)", limit)
         if num_edges and src.max() >= n_src:
             raise ValueError(f"edge_index has source {src.max()} but size[0] (num_src) is {n_src}")
         if num_edges and dst.max() >= n_dst:
@@ -64,7 +80,7 @@ def from_edge_index(edge_index, num_nodes, size, limit):
                     "65536 are refused, since they would allocate far beyond what the edges need)"
                 )
             num_nodes = inferred
-        num_nodes = _count(num_nodes, "num_nodes", limit)
+        num_nodes = check_count(num_nodes, "num_nodes", limit)
         if inferred > num_nodes:
             raise ValueError(f"edge_index refers to node {inferred - 1} but num_nodes is {num_nodes}")
         n_src = n_dst = num_nodes

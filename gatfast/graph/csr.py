@@ -27,30 +27,6 @@ __all__ = ["MAX_NODES", "CSRGraph"]
 MAX_NODES = 2**31 - 1
 
 
-def _as_index_array(value, name):
-    """Return ``value`` as a 1-D int64 array or raise a clear error."""
-    if sp.issparse(value):
-        raise TypeError(f"{name} must be a 1-D integer array, got a scipy.sparse matrix")
-    arr = np.asarray(value)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        if arr.size == 0 and arr.dtype.kind == "f":
-            arr = arr.astype(np.int64)
-        else:
-            raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
-
-
-def _check_count(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if value < 0 or value > MAX_NODES:
-        raise ValueError(f"{name} must be in [0, {MAX_NODES}], got {value}")
-    return value
-
-
 class CSRGraph:
     """A directed graph in CSR order by target; square, or bipartite (a block).
 
@@ -94,15 +70,15 @@ class CSRGraph:
     __slots__ = ("_indptr", "_indices", "_num_dst", "_num_src", "_cache")
 
     def __init__(self, indptr, indices, num_nodes=None, num_src=None):
-        indptr = _as_index_array(indptr, "indptr")
-        indices = _as_index_array(indices, "indices")
+        indptr = convert.as_index_array(indptr, "indptr")
+        indices = convert.as_index_array(indices, "indices")
         if indptr.size == 0:
             raise ValueError("indptr must have length num_nodes + 1 >= 1, got an empty array")
         n = indptr.size - 1
-        if num_nodes is not None and _check_count(num_nodes, "num_nodes") != n:
+        if num_nodes is not None and convert.check_count(num_nodes, "num_nodes", MAX_NODES) != n:
             raise ValueError(f"indptr must have length num_nodes + 1 = {int(num_nodes) + 1}, got {indptr.size}")
-        n = _check_count(n, "num_nodes")
-        m = n if num_src is None else _check_count(num_src, "num_src")
+        n = convert.check_count(n, "num_nodes", MAX_NODES)
+        m = n if num_src is None else convert.check_count(num_src, "num_src", MAX_NODES)
         if indptr[0] != 0:
             raise ValueError(f"indptr must start at 0, got indptr[0] = {indptr[0]}")
         steps = np.diff(indptr)
@@ -115,15 +91,22 @@ class CSRGraph:
             bad = indices[(indices < 0) | (indices >= m)][0]
             what = "num_src" if num_src is not None else "num_nodes"
             raise ValueError(f"indices must lie in [0, {what}={m}), found {bad}")
-        indptr = indptr.copy()
-        indices = indices.copy()
+        self._adopt(indptr.copy(), indices.copy(), n, m)
+
+    @classmethod
+    def _from_valid(cls, indptr, indices, num_dst, num_src):
+        """Wrap int64 arrays that one of gatfast's own kernels has just built, valid by
+        construction and referenced nowhere else, without checking or copying them (the
+        sampler makes two graphs per batch: checks and copies cost as much as sampling)."""
+        graph = object.__new__(cls)
+        graph._adopt(indptr, indices, int(num_dst), int(num_src))
+        return graph
+
+    def _adopt(self, indptr, indices, num_dst, num_src):
         indptr.flags.writeable = False
         indices.flags.writeable = False
-        object.__setattr__(self, "_indptr", indptr)
-        object.__setattr__(self, "_indices", indices)
-        object.__setattr__(self, "_num_dst", n)
-        object.__setattr__(self, "_num_src", m)
-        object.__setattr__(self, "_cache", {})
+        for name, value in zip(self.__slots__, (indptr, indices, num_dst, num_src, {})):
+            object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"CSRGraph is immutable: cannot set {name!r} (build a new graph instead)")

@@ -10,14 +10,43 @@ of targets in parallel (``gatfast._runtime.run_rows``).
 """
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
+from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .random import uniform_at
+
+# bytes of a row of ``indices`` asked for ahead: two cache lines cover a row of up to 16 sources
+_ROW_AHEAD_BYTES = 128
+
+
+# rows of up to this many in-edges keep Floyd's picks in a uint64 bit set
+_BITSET_ROW = 64
+
+
+@intrinsic
+def _trailing_zeros(typingctx, x):
+    """Index of the lowest set bit of a non-zero uint64 (one instruction)."""
+    if not isinstance(x, types.Integer) or x.bitwidth != 64 or x.signed:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]), "llvm.cttz.i64"
+        )
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
+
+    return types.uint64(x), codegen
 
 
 @njit(nogil=True, cache=True)
 def _count(indptr, targets, fanout, counts):
+    last = targets.size - 1
     for r in range(targets.size):
+        prefetch_row(indptr, targets[min(r + PREFETCH_DISTANCE, last)], 16)
         t = targets[r]
         deg = indptr[t + 1] - indptr[t]
         counts[r] = deg if fanout < 0 or deg <= fanout else fanout
@@ -33,6 +62,24 @@ def _pick_row(indptr, indices, t, fanout, key, out, sources, start, chosen):
         for k in range(deg):
             out[start + k] = lo + k
             sources[start + k] = indices[lo + k]
+        return
+    if deg <= _BITSET_ROW:
+        # the same draws as below, with the chosen set a bit set: O(1) membership, sorted for free
+        one = np.uint64(1)
+        bits = np.uint64(0)
+        for j in range(deg - fanout, deg):
+            r = np.int64(uniform_at(key, t, j) * (j + 1))
+            if r > j:
+                r = j
+            bit = one << np.uint64(r)
+            bits |= (one << np.uint64(j)) if bits & bit else bit
+        k = start
+        while bits:
+            c = np.int64(_trailing_zeros(bits))
+            out[k] = lo + c
+            sources[k] = indices[lo + c]
+            k += 1
+            bits &= bits - one
         return
     m = 0
     for j in range(deg - fanout, deg):
@@ -65,7 +112,13 @@ def pick_rows(r0, r1, indptr, indices, targets, fanout, key, ptr, edges, sources
     their source nodes into ``sources[ptr[r]:ptr[r + 1]]``, for ``r0 <= r < r1``."""
     chosen = np.empty(max(fanout, 1), dtype=np.int64)
     k = np.uint64(key)
+    last = targets.size - 1
     for r in range(r0, r1):
+        # the rows of targets scattered over a big graph are main-memory misses: ask for the row
+        # pointer two distances ahead and, once it has arrived, the row itself one distance ahead
+        prefetch_row(indptr, targets[min(r + 2 * PREFETCH_DISTANCE, last)], 16)
+        ahead = targets[min(r + PREFETCH_DISTANCE, last)]
+        prefetch_row(indices, indptr[ahead], _ROW_AHEAD_BYTES)
         _pick_row(indptr, indices, targets[r], fanout, k, edges, sources, ptr[r], chosen)
 
 
@@ -82,30 +135,56 @@ def pick_counts(indptr, targets, fanout):
 
 
 @njit(nogil=True, cache=True)
-def relabel(targets, sources, local):
+def _relabel_into(table, targets, sources, src_ids, local_indices):
+    """Fill ``src_ids`` and ``local_indices`` through an open-addressing hash ``table`` (all -1,
+    a power of two at least twice the ids) of local ids; return the number of sources."""
+    bits = 0
+    while (1 << bits) < table.size:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    mask = np.uint64(table.size - 1)
+    nt = targets.size
+    n_src = 0
+    for r in range(nt + sources.size):
+        s = targets[r] if r < nt else sources[r - nt]
+        # Fibonacci hashing: the top bits of id * 2**64 / golden ratio spread neighbouring ids
+        h = (np.uint64(s) * np.uint64(0x9E3779B97F4A7C15)) >> shift
+        while True:
+            q = np.int64(table[h])
+            if q < 0:
+                table[h] = n_src
+                src_ids[n_src] = s
+                q = n_src
+                n_src += 1
+                break
+            if src_ids[q] == s:
+                break
+            h = (h + np.uint64(1)) & mask
+        if r >= nt:
+            local_indices[r - nt] = q
+    return n_src
+
+
+@njit(nogil=True, cache=True)
+def relabel(targets, sources):
     """Local ids for a block: the targets first (in order), then new sources in order of first use.
 
-    ``local`` is a scratch array of size num_nodes filled with -1; it is
-    left filled with -1 again. Returns ``(src_ids, local_indices)``: the
-    global ids of the block's sources, and each edge's source as a local id.
+    Returns ``(src_ids, local_indices)``: the global ids of the block's
+    sources, and each edge's source as a local id. The ids go through a
+    hash table sized by the batch (a few hundred kB, cache-resident), not
+    an array over all nodes: on a big graph each lookup of the latter is a
+    main-memory miss.
     """
-    n_src = 0
-    src_ids = np.empty(targets.size + sources.size, dtype=np.int64)
-    for t in targets:
-        if local[t] < 0:
-            local[t] = n_src
-            src_ids[n_src] = t
-            n_src += 1
+    n = targets.size + sources.size
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    src_ids = np.empty(n, dtype=np.int64)
     local_indices = np.empty(sources.size, dtype=np.int64)
-    for e in range(sources.size):
-        s = sources[e]
-        if local[s] < 0:
-            local[s] = n_src
-            src_ids[n_src] = s
-            n_src += 1
-        local_indices[e] = local[s]
-    for q in range(n_src):
-        local[src_ids[q]] = -1
+    if n < 2**31:  # int32 slots halve the table
+        n_src = _relabel_into(np.full(size, -1, dtype=np.int32), targets, sources, src_ids, local_indices)
+    else:
+        n_src = _relabel_into(np.full(size, -1, dtype=np.int64), targets, sources, src_ids, local_indices)
     return src_ids[:n_src].copy(), local_indices
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
 
 from .. import _validate as V
 from .._random import SHUFFLE, RandomKeys
@@ -68,7 +65,6 @@ class NeighborSampler:
         self.seed = V.check_int(seed, "seed", 0)
         self.shuffle = bool(shuffle)
         self.prefetch = bool(prefetch)
-        self._local = threading.local()
 
     def __len__(self):
         """Batches per epoch."""
@@ -113,10 +109,7 @@ class NeighborSampler:
         seeds = order[index * self.batch_size : (index + 1) * self.batch_size]
         if seeds.size == 0:
             raise IndexError(f"epoch {epoch} has {len(self)} batches, asked for batch {index}")
-        local = getattr(self._local, "scratch", None)
-        if local is None:  # one scratch per thread: the prefetch thread samples while the caller trains
-            local = self._local.scratch = np.full(self.graph.num_nodes, -1, dtype=np.int64)
-        return sample_blocks(self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index), local)
+        return sample_blocks(self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index))
 
     def epoch(self, epoch):
         """Iterate over the batches of an epoch, in order.

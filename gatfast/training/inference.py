@@ -44,12 +44,11 @@ def layerwise_output(model, ds, eval_fanout=None, seed=0, chunk=EVAL_CHUNK):
     n = ds.graph.num_nodes
     fanouts = list(eval_fanout) if eval_fanout is not None else [-1] * model.num_layers
     h = ds.x
-    local = np.full(n, -1, dtype=np.int64)  # the sampler's scratch, reused by every chunk
     for l, layer in enumerate(model.layers):
         out, keys = None, RandomKeys(seed, _EVAL, l)
         for start in range(0, n, chunk):
             stop = min(n, start + chunk)
-            block = sample_blocks(ds.graph, np.arange(start, stop), [fanouts[l]], keys, local).blocks[0]
+            block = sample_blocks(ds.graph, np.arange(start, stop), [fanouts[l]], keys).blocks[0]
             attr = None if ds.edge_attr is None else np.ascontiguousarray(ds.edge_attr[block.edge_ids])
             part, _ = layer.forward(block.graph, h[block.src_ids], attr)
             if out is None:
