@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels.random import derive_key, keyed_uniform, keyed_uniform_pairs
+from . import _runtime
+from .kernels.random import derive_key, keyed_uniform_pairs, keyed_uniform_rows
 
 __all__ = [
     "ATTENTION",
@@ -126,7 +127,8 @@ class RandomKeys:
         """
         ids = np.ascontiguousarray(ids, dtype=np.int64)
         out = np.empty((ids.size, int(width)), dtype=np.float64)
-        keyed_uniform(np.uint64(self.key), ids, int(width), out)
+        # a few ns a draw (an edge's attention draws on every head of a sampled batch: ~1 ms): rows on threads
+        _runtime.run_rows(keyed_uniform_rows, ids.size, (np.uint64(self.key), ids, out), out.size * 8)
         return out
 
     def uniform_entries(self, rows, cols):

@@ -568,3 +568,27 @@ def sample_blocks(graph, seeds, fanouts, layer_keys):
         out.append((src_ids, rows, edges))
         targets = src_ids
     return out[::-1]
+
+
+def source_major(indices, num_src):
+    """Edge ids grouped by source, stably: a stable argsort."""
+    indices = np.asarray(indices)
+    return np.cumsum(np.r_[0, np.bincount(indices, minlength=num_src)]), np.argsort(indices, kind="stable")
+
+
+def loop_layout(indptr, indices, num_dst, num_src):
+    """PyG's remove-then-add self loops with boolean masks: ``(indptr, indices, kept, loop_slots, looped_kept)``."""
+    indptr, indices = np.asarray(indptr), np.asarray(indices)
+    loops = min(num_src, num_dst)
+    targets = np.repeat(np.arange(num_dst), np.diff(indptr))
+    keep = indices != targets
+    per_row = np.bincount(targets[keep], minlength=num_dst)
+    per_row[:loops] += 1
+    new_indptr = np.r_[0, np.cumsum(per_row)]
+    loop_slots = new_indptr[1 : loops + 1] - 1
+    is_loop = np.zeros(new_indptr[-1], dtype=bool)
+    is_loop[loop_slots] = True
+    new_indices = np.empty(new_indptr[-1], dtype=np.int64)
+    new_indices[~is_loop] = indices[keep]
+    new_indices[loop_slots] = np.arange(loops)
+    return new_indptr, new_indices, np.flatnonzero(keep), loop_slots, np.flatnonzero(~is_loop)

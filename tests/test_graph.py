@@ -298,3 +298,25 @@ def test_from_pyg_reads_a_data_like_object_without_torch():
         CSRGraph.from_pyg(object())
     with pytest.raises(ValueError, match="num_nodes is 2"):
         CSRGraph.from_pyg(_FakeData(ei, 2))
+
+
+@pytest.mark.parametrize("shape", [(30, 30), (30, 45), (45, 30), (1, 1), (0, 5)])
+@pytest.mark.parametrize("seed", range(3))
+def test_structure_kernels_equal_the_numpy_formulations(shape, seed):
+    # self loops, duplicate edges and empty rows included; bipartite both ways
+    from gatfast.kernels.structure import loop_layout, source_major
+
+    rng = np.random.default_rng(seed)
+    n_dst, n_src = shape
+    deg = rng.integers(0, 6, n_dst)
+    indptr = np.r_[0, np.cumsum(deg)].astype(np.int64)
+    indices = rng.integers(0, max(n_src, 1), indptr[-1]).astype(np.int64)
+    loops_at = np.flatnonzero(rng.random(indices.size) < 0.2)
+    rows = np.repeat(np.arange(n_dst), deg)
+    indices[loops_at] = np.minimum(rows[loops_at], n_src - 1)
+    for got, want in zip(source_major(indices, n_src), naive.source_major(indices, n_src)):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(
+        loop_layout(indptr, indices, n_dst, n_src), naive.loop_layout(indptr, indices, n_dst, n_src)
+    ):
+        np.testing.assert_array_equal(got, want)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from gatfast import CSRGraph, batch_graphs
+from gatfast import CSRGraph, RandomKeys, batch_graphs
 from gatfast.layers import GATv2Layer
 from gatfast.models import GATv2Network, Linear
 
@@ -417,8 +417,9 @@ def test_non_finite_values_are_still_refused_with_the_layer_checks_skipped(nodes
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("keyed", [False, True])  # NumPy masks; the fused keyed pass that flags it as it writes
 @pytest.mark.parametrize("nodes", [7, 3000])  # the fast small path and the general one
-def test_a_dropout_overflow_on_a_row_no_edge_reads_is_refused(nodes):
+def test_a_dropout_overflow_on_a_row_no_edge_reads_is_refused(nodes, keyed):
     # x * 1 / (1 - p) overflows for |x| near float32's maximum; the last node has no edges and
     # no self loop, so the inf would never reach an output: the dropout output is checked
     rng = np.random.default_rng(0)
@@ -429,4 +430,4 @@ def test_a_dropout_overflow_on_a_row_no_edge_reads_is_refused(nodes):
     x = np.ones((nodes, 16), np.float32)
     x[-1] = 3e38  # 16 values: some survive the dropout
     with pytest.raises(ValueError, match="must be finite"):
-        model.forward(g, x, training=True, rng=np.random.default_rng(0))
+        model.forward(g, x, training=True, rng=RandomKeys(0) if keyed else np.random.default_rng(0))

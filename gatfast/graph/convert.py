@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..kernels.structure import source_major as _source_major
+
 __all__ = [
     "ROWS_WARNING", "as_index_array", "check_count", "direction_is_ambiguous", "from_edge_index", "from_pyg_data", "from_scipy", "permute_edge_attr",
     "source_major",
@@ -227,9 +229,7 @@ def permute_edge_attr(edge_attr, order, num_edges):
 
 def source_major(indices, num_src):
     """``(src_indptr, src_edges)``: the edge ids grouped by source, stably (read-only arrays)."""
-    edges = np.argsort(indices, kind="stable").astype(np.int64)
-    src_indptr = np.zeros(num_src + 1, dtype=np.int64)
-    np.cumsum(np.bincount(indices, minlength=num_src), out=src_indptr[1:])
+    src_indptr, edges = _source_major(indices, num_src)
     edges.flags.writeable = False
     src_indptr.flags.writeable = False
     return src_indptr, edges

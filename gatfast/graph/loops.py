@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.structure import loop_layout as _loop_layout
+
 __all__ = ["LoopLayout", "loop_layout", "without_loops"]
 
 
@@ -47,23 +49,8 @@ def loop_layout(graph):
     """The :class:`LoopLayout` of ``graph`` (``CSRGraph.loop_layout`` caches it)."""
     from .csr import CSRGraph
 
-    n_dst, n_src = graph.shape
-    loops = min(n_src, n_dst)
-    targets = graph.targets()
-    keep = graph.indices != targets
-    kept = np.flatnonzero(keep).astype(np.int64)
-    per_row = np.bincount(targets[keep], minlength=n_dst)
-    per_row[:loops] += 1
-    indptr = np.zeros(n_dst + 1, dtype=np.int64)
-    np.cumsum(per_row, out=indptr[1:])
-    loop_slots = indptr[1 : loops + 1] - 1
-    is_loop = np.zeros(indptr[-1], dtype=bool)
-    is_loop[loop_slots] = True
-    indices = np.empty(indptr[-1], dtype=np.int64)
-    indices[~is_loop] = graph.indices[keep]
-    indices[loop_slots] = np.arange(loops)
-    looped = CSRGraph(indptr, indices, n_dst, n_src if graph.is_bipartite() else None)
+    indptr, indices, kept, loop_slots, looped_kept = _loop_layout(graph.indptr, graph.indices, *graph.shape)
+    looped = CSRGraph._from_valid(indptr, indices, graph.num_dst, graph.num_src)
     # on the looped graph, removing its loops and adding them again changes nothing
-    looped._cache["loops"] = LoopLayout(looped, _read_only(np.flatnonzero(~is_loop).astype(np.int64)),
-                                        _read_only(loop_slots.copy()))
+    looped._cache["loops"] = LoopLayout(looped, _read_only(looped_kept), _read_only(loop_slots.copy()))
     return LoopLayout(looped, _read_only(kept), _read_only(loop_slots))

@@ -46,12 +46,12 @@ def uniform_at(key, ident, column):
     return np.float64(h >> np.uint64(11)) * _SCALE
 
 
-@njit(cache=True)
-def keyed_uniform(key, ids, width, out):
-    """``out[r, c] = U(key, ids[r], c)`` for a (len(ids), width) float64 ``out``."""
+@njit(nogil=True, cache=True)
+def keyed_uniform_rows(r0, r1, key, ids, out):
+    """``out[r, c] = U(key, ids[r], c)`` for rows ``[r0, r1)`` of a (len(ids), width) float64 ``out``."""
     k = np.uint64(key)
-    for r in range(ids.size):
-        for c in range(width):
+    for r in range(r0, r1):
+        for c in range(out.shape[1]):
             out[r, c] = uniform_at(k, ids[r], c)
 
 
@@ -64,18 +64,26 @@ def keyed_uniform_pairs(key, rows, cols, out):
 
 
 @njit(nogil=True, cache=True)
-def keyed_dropout_rows(r0, r1, key, ids, x, p, scale, mask, y):
+def keyed_dropout_rows(r0, r1, key, ids, x, p, scale, mask, y, overflow):
     """Rows ``[r0, r1)`` of keyed inverted dropout: ``mask = scale * (U(key, ids[r], c) >= p)``, ``y = x * mask``.
 
     The draws are :func:`uniform_at`'s, so the multipliers equal
     ``((uniform(ids, width) >= p) / (1 - p)).astype(x.dtype)`` bit for bit,
-    without the float64 draws, the boolean and the cast in memory.
+    without the float64 draws, the boolean and the cast in memory. Sets
+    ``overflow[0] = 1`` if a ``y`` is not finite (a huge ``x`` times
+    ``1 / (1 - p)``, or a NaN or inf in ``x``), so the output needs no
+    second pass to be checked.
     """
     k = np.uint64(key)
     zero = mask.dtype.type(0)
     for r in range(r0, r1):
         ident = ids[r]
+        nonfinite = zero  # y * 0 is 0 for a finite y and NaN otherwise; NaN stays in the sum
         for c in range(x.shape[1]):
             m = scale if uniform_at(k, ident, c) >= p else zero
             mask[r, c] = m
-            y[r, c] = x[r, c] * m
+            v = x[r, c] * m
+            y[r, c] = v
+            nonfinite += v * zero
+        if nonfinite != nonfinite:
+            overflow[0] = 1

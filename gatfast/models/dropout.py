@@ -12,7 +12,7 @@ from .. import _validate as V
 from .._random import RandomKeys
 from ..kernels.random import keyed_dropout_rows
 
-__all__ = ["apply_dropout", "dropout_backward", "dropout_mask"]
+__all__ = ["apply_dropout", "checked_dropout", "dropout_backward", "dropout_mask"]
 
 
 def dropout_mask(rng, shape, p, dtype):
@@ -73,15 +73,54 @@ def _keyed_mask(rng, x, p, row_ids):
 
 
 def _keyed_dense(rng, x, p, row_ids):
-    """``(x * mask, mask)`` for a 2-D ``x``: the multipliers of :func:`_keyed_mask`, in one fused pass."""
+    """``(x * mask, mask, finite)`` for a 2-D ``x``: the multipliers of :func:`_keyed_mask`, in one fused
+    pass that also tells whether every ``x * mask`` is finite."""
     n, width = x.shape
     rows = _row_ids(n, row_ids)
     x = np.ascontiguousarray(x)
     mask, y = np.empty(x.shape, x.dtype), np.empty(x.shape, x.dtype)
     scale = x.dtype.type(1.0 / (1.0 - p))  # what (True / (1 - p)).astype(dtype) gives
+    overflow = np.zeros(1, dtype=np.int8)
     # ~8 operations per draw: rows on threads when that is worth it (each row's draws depend on its id only)
-    _runtime.run_rows(keyed_dropout_rows, n, (np.uint64(rng.key), rows, x, p, scale, mask, y), n * width * 8)
-    return y, mask
+    _runtime.run_rows(
+        keyed_dropout_rows, n, (np.uint64(rng.key), rows, x, p, scale, mask, y, overflow), n * width * 8
+    )
+    return y, mask, not overflow[0]
+
+
+def checked_dropout(h, p, rng, row_ids=None):
+    """A network's feature dropout on a checked ``h`` (or a pair), and whether its output is finite.
+
+    Parameters
+    ----------
+    h : ndarray or scipy.sparse matrix, or a pair of them
+        Finite features (a checked input or a checked layer's output);
+        a pair ``(h_src, h_dst)`` keys the targets apart from the sources.
+    p, rng, row_ids
+        As for :func:`apply_dropout`.
+
+    Returns
+    -------
+    y, mask
+        As :func:`apply_dropout` returns them (pairs for a pair).
+    finite : bool
+        Whether ``y`` is finite: ``1 / (1 - p)`` can overflow a huge finite
+        value. The keyed dense pass finds out as it writes ``y``.
+    """
+    if isinstance(h, tuple):
+        (a, ma, fa) = checked_dropout(h[0], p, rng, row_ids)
+        (b, mb, fb) = checked_dropout(h[1], p, rng.child(1) if isinstance(rng, RandomKeys) else rng)
+        return (a, b), (ma, mb), fa and fb
+    if (
+        p > 0.0
+        and isinstance(rng, RandomKeys)
+        and isinstance(h, np.ndarray)
+        and h.ndim == 2
+        and h.dtype in V.FLOAT_DTYPES
+    ):
+        return _keyed_dense(rng, h, V.check_probability(p), row_ids)
+    y, mask = apply_dropout(h, p, rng, row_ids, check_finite=False)
+    return y, mask, V.all_finite(y.data if sp.issparse(y) else y)
 
 
 def apply_dropout(x, p, rng, row_ids=None, check_finite=True):
@@ -138,7 +177,7 @@ def apply_dropout(x, p, rng, row_ids=None, check_finite=True):
     if p == 0.0:
         return x, np.ones(x.shape, x.dtype)
     if keyed and x.ndim == 2:
-        return _keyed_dense(rng, x, p, row_ids)
+        return _keyed_dense(rng, x, p, row_ids)[:2]
     mask = _keyed_mask(rng, x, p, row_ids) if keyed else dropout_mask(rng, x.shape, p, x.dtype)
     return x * mask, mask
 

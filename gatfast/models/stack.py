@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from .. import _validate as V
 from .._random import ATTENTION, FEATURES, HEAD, GraphIds, RandomKeys
 from .activations import activation_backward, activation_forward
-from .dropout import apply_dropout
+from .dropout import apply_dropout, checked_dropout
 from .pooling import global_pool, global_pool_backward
 
 __all__ = ["NetworkCache", "resolve_graphs", "stack_backward", "stack_forward"]
@@ -101,15 +101,6 @@ def _checked_input(net, graph, x):
     return V.check_features(x, "x", graph.num_src, net.in_features, net.dtype)
 
 
-def _dropout(h, p, rng, row_ids):
-    if isinstance(h, tuple):  # bipartite input: targets keyed apart from sources, by position
-        (a, ma) = apply_dropout(h[0], p, rng, row_ids, check_finite=False)
-        (b, mb) = apply_dropout(h[1], p, rng.child(1) if isinstance(rng, RandomKeys) else rng, check_finite=False)
-        return (a, b), (ma, mb)
-    # h is the checked input or a checked layer's activated output
-    return apply_dropout(h, p, rng, row_ids, check_finite=False)
-
-
 class _Streams:
     """Where each dropout draw comes from: a Generator (call order), or keys and global ids."""
 
@@ -163,13 +154,11 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None):
     cache = NetworkCache(dense_input=dense, edge_attr_shared=shared)
     h = x
     for l, layer in enumerate(net.layers):
-        mask = None
-        if drop:
-            h, mask = _dropout(h, net.dropout, *streams.features(l))
-        # h is the checked input or a checked layer output (see _forward_checked); dropout's
-        # 1 / (1 - p) can overflow a huge finite value, so its output is checked again
+        mask, finite = None, True
+        if drop:  # h is the checked input or a checked layer output (see _forward_checked)
+            h, mask, finite = checked_dropout(h, net.dropout, *streams.features(l))
         out, lc = layer._forward_checked(graphs[l], h, attrs[l], training, streams.attention(l, isinstance(h, tuple)),
-                                         mask is None)
+                                         finite)
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):
