@@ -97,11 +97,12 @@ class ParamDict(dict):
 
     def check_shapes(self):
         """Raise if a stored array no longer has its declared shape or dtype (cheap: no data is read)."""
-        for name, arr in self.items():
-            if arr.shape != self._shapes[name]:
-                raise ValueError(f"params[{name!r}] must have shape {self._shapes[name]}, got {arr.shape}")
-            if arr.dtype != self._dtype:
-                raise TypeError(f"params[{name!r}] must have dtype {self._dtype}, got {arr.dtype}")
+        shapes, dtype = self._shapes, self._dtype
+        for name, arr in self.items():  # runs on every call of a layer: one test per array when all is well
+            if arr.shape != shapes[name] or (arr.dtype is not dtype and arr.dtype != dtype):
+                if arr.shape != shapes[name]:
+                    raise ValueError(f"params[{name!r}] must have shape {shapes[name]}, got {arr.shape}")
+                raise TypeError(f"params[{name!r}] must have dtype {dtype}, got {arr.dtype}")
 
     def check_finite(self):
         """Raise ValueError if any parameter holds NaN or inf (e.g. after a bad step)."""
