@@ -105,6 +105,21 @@ def _share(task, chunks, workers):
             future.result()
 
 
+def helpers():
+    """Threads besides the calling one that :func:`submit` can run tasks on (Numba's count minus one)."""
+    return numba.get_num_threads() - 1
+
+
+def submit(task, *args):
+    """Start ``task(*args)`` on a pool thread and return its Future (needs ``helpers() >= 1``).
+
+    For work that overlaps with the caller's next step (the sampler picks a
+    hop's later targets while the caller relabels the first ones); the
+    task must release the GIL to run alongside.
+    """
+    return _pool(helpers()).submit(task, *args)
+
+
 def _pool(size):
     key = (os.getpid(), size)  # a forked child gets its own threads
     pool = _pools.get(key)

@@ -110,7 +110,9 @@ def test_independent_of_threads_parallel_driver_and_prefetch(monkeypatch):
         numba.set_num_threads(threads)
         try:
             sampler = NeighborSampler(g, [10, 10], seeds, 256, seed=4, prefetch=prefetch)
-            results.append([[b.edge_ids.copy() for b in batch.blocks] for batch in sampler.epoch(3)])
+            # picking split among threads, relabelling in parts as they arrive: the same blocks
+            results.append([[np.concatenate([b.edge_ids, b.src_ids, b.graph.indices]) for b in batch.blocks]
+                            for batch in sampler.epoch(3)])
         finally:
             numba.set_num_threads(before)
     for other in results[1:]:
@@ -175,19 +177,24 @@ def test_layerwise_evaluation_equals_the_whole_graph_forward(chunk):
     np.testing.assert_allclose(chunked, whole, rtol=1e-11, atol=1e-13)
 
 
-def test_relabel_table_of_either_width_gives_first_use_order():
-    # int32 slots for every batch that fits them, int64 beyond: both give the same ids
-    from gatfast.kernels.sampling import _relabel_into, relabel
+def test_relabel_in_parts_with_a_table_of_either_width_gives_first_use_order():
+    # int32 slots for every batch that fits them, int64 beyond; the sampler relabels a hop in the
+    # parts its threads picked, in order: any split gives what one pass gives
+    from gatfast.kernels.sampling import relabel, relabel_into
 
     rng = np.random.default_rng(4)
     targets = rng.choice(10**12, 300, replace=False)  # ids beyond int32 hash like any other
     sources = np.concatenate([targets[rng.integers(0, 300, 500)], rng.integers(0, 10**12, 700)])
+    rng.shuffle(sources)
     src_ids, local = relabel(targets, sources)
     first_use = list(dict.fromkeys(np.concatenate([targets, sources]).tolist()))
     assert src_ids.tolist() == first_use
     np.testing.assert_array_equal(src_ids[local], sources)
-    for dtype in (np.int32, np.int64):
+    for dtype, cuts in [(np.int32, []), (np.int64, [0, 1, 600, 1199]), (np.int32, [7, 7, 900])]:
+        table = np.full(4096, -1, dtype)
         ids, loc = np.empty(1500, np.int64), np.empty(sources.size, np.int64)
-        n = _relabel_into(np.full(4096, -1, dtype), targets, sources, ids, loc)
+        n = relabel_into(table, targets, ids, 0, loc[:0])
+        for start, stop in zip([0, *cuts], [*cuts, sources.size]):
+            n = relabel_into(table, sources[start:stop], ids, n, loc[start:stop])
         assert ids[:n].tolist() == first_use
         np.testing.assert_array_equal(loc, local)

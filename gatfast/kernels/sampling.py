@@ -134,19 +134,29 @@ def pick_counts(indptr, targets, fanout):
     return ptr
 
 
+def relabel_table(size):
+    """An empty hash table for :func:`relabel_into` of up to ``size`` ids: a power of two at least
+    twice that, of int32 slots where they can hold every local id (half the cache)."""
+    slots = 2
+    while slots < 2 * size:
+        slots *= 2
+    return np.full(slots, -1, dtype=np.int32 if size < 2**31 else np.int64)
+
+
 @njit(nogil=True, cache=True)
-def _relabel_into(table, targets, sources, src_ids, local_indices):
-    """Fill ``src_ids`` and ``local_indices`` through an open-addressing hash ``table`` (all -1,
-    a power of two at least twice the ids) of local ids; return the number of sources."""
+def relabel_into(table, ids, src_ids, n_src, local_ids):
+    """Give each of ``ids`` in order its local id, a new one (``n_src``, ``n_src + 1``, ...) at its
+    first use, through the open-addressing hash ``table`` (see :func:`relabel_table`); new ids are
+    appended to ``src_ids``, and ``local_ids[k]`` receives the local id of ``ids[k]`` unless
+    ``local_ids`` is empty. Returns the new ``n_src``. Calls on consecutive parts of a sequence
+    give what one call on all of it gives."""
     bits = 0
     while (1 << bits) < table.size:
         bits += 1
     shift = np.uint64(64 - bits)
     mask = np.uint64(table.size - 1)
-    nt = targets.size
-    n_src = 0
-    for r in range(nt + sources.size):
-        s = targets[r] if r < nt else sources[r - nt]
+    for k in range(ids.size):
+        s = ids[k]
         # Fibonacci hashing: the top bits of id * 2**64 / golden ratio spread neighbouring ids
         h = (np.uint64(s) * np.uint64(0x9E3779B97F4A7C15)) >> shift
         while True:
@@ -160,12 +170,11 @@ def _relabel_into(table, targets, sources, src_ids, local_indices):
             if src_ids[q] == s:
                 break
             h = (h + np.uint64(1)) & mask
-        if r >= nt:
-            local_indices[r - nt] = q
+        if local_ids.size:
+            local_ids[k] = q
     return n_src
 
 
-@njit(nogil=True, cache=True)
 def relabel(targets, sources):
     """Local ids for a block: the targets first (in order), then new sources in order of first use.
 
@@ -175,16 +184,11 @@ def relabel(targets, sources):
     an array over all nodes: on a big graph each lookup of the latter is a
     main-memory miss.
     """
-    n = targets.size + sources.size
-    size = 2
-    while size < 2 * n:
-        size *= 2
-    src_ids = np.empty(n, dtype=np.int64)
+    table = relabel_table(targets.size + sources.size)
+    src_ids = np.empty(targets.size + sources.size, dtype=np.int64)
     local_indices = np.empty(sources.size, dtype=np.int64)
-    if n < 2**31:  # int32 slots halve the table
-        n_src = _relabel_into(np.full(size, -1, dtype=np.int32), targets, sources, src_ids, local_indices)
-    else:
-        n_src = _relabel_into(np.full(size, -1, dtype=np.int64), targets, sources, src_ids, local_indices)
+    n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
+    n_src = relabel_into(table, sources, src_ids, n_src, local_indices)
     return src_ids[:n_src].copy(), local_indices
 
 

@@ -10,7 +10,7 @@ from .. import _runtime
 from .. import _validate as V
 from .._random import SAMPLE, GraphIds
 from ..graph import CSRGraph
-from ..kernels.sampling import gather_rows, pick_counts, pick_rows, relabel
+from ..kernels.sampling import gather_rows, pick_counts, pick_rows, relabel_into, relabel_table
 
 # what picking one target's in-edges costs, in units of _runtime.SERIAL_WORK (~1 ns each, measured:
 # 100-170 ns a target at fanout 10 on a 2M-node graph), so that a batch's first hop stays serial
@@ -182,17 +182,45 @@ def sample_blocks(graph, seeds, fanouts, keys):
     for layer in range(len(fanouts) - 1, -1, -1):
         key = np.uint64(keys.child(SAMPLE, layer).key)
         ptr = pick_counts(graph.indptr, targets, fanouts[layer])
-        edges = np.empty(ptr[-1], dtype=np.int64)
-        sources = np.empty(ptr[-1], dtype=np.int64)
-        _runtime.run_rows(pick_rows, targets.size, (
-            graph.indptr, graph.indices, targets, fanouts[layer], key, ptr, edges, sources),
-            targets.size * PICK_WORK_PER_TARGET)
-        src_ids, local_indices = relabel(targets, sources)
+        src_ids, edges, local_indices = _pick_and_relabel(graph, targets, fanouts[layer], key, ptr)
         block = CSRGraph._from_valid(ptr, local_indices, targets.size, src_ids.size)
         blocks.append(Block(block, src_ids, edges))
         targets = src_ids
     blocks.reverse()
     return SampledBatch(np.ascontiguousarray(seeds, dtype=np.int64), blocks)
+
+
+def _pick_and_relabel(graph, targets, fanout, key, ptr):
+    """One hop: ``(src_ids, edge_ids, local_indices)`` of the block whose targets are ``targets``.
+
+    Picking is per target, relabelling sequential (first-use order). With
+    helper threads, each picks its part of the targets while the calling
+    thread picks the first part and relabels the parts in order as they
+    arrive, so relabelling overlaps picking instead of following it.
+    """
+    n, total = targets.size, int(ptr[-1])
+    edges = np.empty(total, dtype=np.int64)
+    sources = np.empty(total, dtype=np.int64)
+    table = relabel_table(n + total)
+    src_ids = np.empty(n + total, dtype=np.int64)
+    local_indices = np.empty(total, dtype=np.int64)
+    args = (graph.indptr, graph.indices, targets, fanout, key, ptr, edges, sources)
+    parts = min(_runtime.helpers() + 1, n * PICK_WORK_PER_TARGET // max(_runtime.SERIAL_WORK, 1))
+    # parts of about equal edge counts; the calling thread's first (it also relabels)
+    cuts = [0, *np.searchsorted(ptr, [total * k // max(parts, 1) for k in range(1, parts)]).tolist(), n]
+    pending = [_runtime.submit(pick_rows, a, b, *args) for a, b in zip(cuts[1:-1], cuts[2:])]
+    try:
+        pick_rows(cuts[0], cuts[1], *args)
+        n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
+        for k in range(len(cuts) - 1):
+            if k:
+                pending[k - 1].result()
+            lo, hi = ptr[cuts[k]], ptr[cuts[k + 1]]
+            n_src = relabel_into(table, sources[lo:hi], src_ids, n_src, local_indices[lo:hi])
+    finally:
+        for future in pending:  # never return while a thread still writes into these arrays
+            future.result()
+    return src_ids[:n_src].copy(), edges, local_indices
 
 
 def check_seeds(seeds, num_nodes, name="seeds"):
