@@ -431,3 +431,21 @@ def test_a_dropout_overflow_on_a_row_no_edge_reads_is_refused(nodes, keyed):
     x[-1] = 3e38  # 16 values: some survive the dropout
     with pytest.raises(ValueError, match="must be finite"):
         model.forward(g, x, training=True, rng=RandomKeys(0) if keyed else np.random.default_rng(0))
+
+
+def test_x_finite_skips_only_the_nan_pass_and_never_a_cast_check():
+    # the training loop checks its dataset once and passes x_finite=True for the rows it gathers
+    from gatfast.models.stack import stack_forward
+
+    g = CSRGraph.from_edge_index(np.array([[0, 1, 2, 3], [1, 2, 3, 0]]), 4)
+    model = GATv2Network(3, 4, 2, num_layers=2, heads=2, dtype=np.float32, seed=0)
+    x = np.ones((4, 3), np.float32)
+    x[2, 1] = np.nan
+    with pytest.raises(ValueError, match="must be finite"):
+        stack_forward(model, g, x, None, False, np.random.default_rng(0), None)
+    # skipped: a broken promise still never passes silently, the layer's output check stops it
+    with pytest.raises(ValueError, match="layer output"):
+        stack_forward(model, g, x, None, False, np.random.default_rng(0), None, x_finite=True)
+    big = np.full((4, 3), 1e300)  # finite in float64, inf once cast to the model's float32
+    with pytest.raises(ValueError):
+        stack_forward(model, g, big, None, False, np.random.default_rng(0), None, x_finite=True)

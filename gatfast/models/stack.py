@@ -87,18 +87,19 @@ def resolve_graphs(net, graph, x, edge_attr):
     return [g] * L, [edge_attr] * L, True
 
 
-def _checked_input(net, graph, x):
-    """``x`` validated and in the network's dtype (dropout masks and gradients then stay in it)."""
+def _checked_input(net, graph, x, finite=True):
+    """``x`` validated and in the network's dtype (dropout masks and gradients then stay in it);
+    ``finite=False`` skips the NaN/inf pass over an ``x`` the caller checked."""
     if isinstance(net.in_features, tuple):
         if not isinstance(x, tuple) or len(x) != 2:
             raise TypeError(f"x must be a pair (x_src, x_dst): the network was built with in_features="
                             f"{net.in_features!r}")
-        return (V.check_features(x[0], "x[0] (x_src)", graph.num_src, net.in_features[0], net.dtype),
-                V.check_features(x[1], "x[1] (x_dst)", graph.num_dst, net.in_features[1], net.dtype))
+        return (V.check_features(x[0], "x[0] (x_src)", graph.num_src, net.in_features[0], net.dtype, finite),
+                V.check_features(x[1], "x[1] (x_dst)", graph.num_dst, net.in_features[1], net.dtype, finite))
     if isinstance(x, tuple):
         raise TypeError("x is a pair (x_src, x_dst) but the network takes one feature matrix: build it with "
                         "in_features=(F_src, F_dst) for bipartite input")
-    return V.check_features(x, "x", graph.num_src, net.in_features, net.dtype)
+    return V.check_features(x, "x", graph.num_src, net.in_features, net.dtype, finite)
 
 
 class _Streams:
@@ -133,12 +134,17 @@ class _Streams:
         return self.rng.child(HEAD), self.ids.graphs
 
 
-def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None):
-    """The output and :class:`NetworkCache` of ``net`` (see ``GATv2Network.forward``)."""
+def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, x_finite=False):
+    """The output and :class:`NetworkCache` of ``net`` (see ``GATv2Network.forward``).
+
+    ``x_finite=True``: ``x`` holds rows of features the caller has checked for NaN and inf (the
+    training loop checks its dataset once), so the pass over it is skipped; its shape and dtype
+    are still checked.
+    """
     if isinstance(x, list):
         x = tuple(x)
     graphs, attrs, shared = resolve_graphs(net, graph, x, edge_attr)
-    x = _checked_input(net, graphs[0], x)
+    x = _checked_input(net, graphs[0], x, not x_finite)
     out_rows = graphs[-1].num_dst
     if net.readout is not None:
         if graph_ptr is None:

@@ -25,6 +25,7 @@ from .._random import SHUFFLE, GraphIds, RandomKeys
 from .._validate import all_finite
 from ..data import GraphDataset
 from ..models import mse_loss, softmax_cross_entropy
+from ..models.stack import stack_forward
 from ..optim import clip_grad_norm
 from ..sampling import sample_blocks
 from ..sampling.blocks import keyed_permutation
@@ -135,7 +136,8 @@ def shard_gradients(model, dataset, plan, items, config, sampled=None):
     keys = plan_keys(config, plan)
     if ids is None:  # the whole graph: rows and edges are their own ids
         ids = GraphIds.positions([graph] * model.num_layers)
-    out, cache = model.forward(graph, x, graph_ptr, training=True, rng=keys, edge_attr=edge_attr, ids=ids)
+    # the features are rows of the dataset, which fit checked for NaN and inf once
+    out, cache = stack_forward(model, graph, x, graph_ptr, True, keys, edge_attr, ids, x_finite=True)
     if not all_finite(out):
         raise TrainingDiverged(plan.epoch, "the model output")
     if dataset.task.endswith("classification"):
