@@ -45,3 +45,26 @@ def one_numba_thread():
     numba.set_num_threads(1)
     yield
     numba.set_num_threads(old)
+
+
+@pytest.fixture
+def cyclic_garbage():
+    """A function that runs the cyclic collector and returns the gatfast objects it found.
+
+    Such objects lived on after their last reference, until a collection.
+    Only gatfast's own types count: other threads of the test process may
+    leave garbage of their own at any time.
+    """
+    import gc
+
+    def collect():
+        flags = gc.get_debug()
+        gc.set_debug(flags | gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            return [o for o in gc.garbage if type(o).__module__.startswith("gatfast")]
+        finally:
+            gc.set_debug(flags)
+            gc.garbage.clear()
+
+    return collect

@@ -157,6 +157,33 @@ def test_with_self_loops_semantics():
     assert rows_of(g.without_self_loops()) == [[2, 1], [], [], [0, 1, 2]]
 
 
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_cached_derived_graphs_make_no_reference_cycles(self_loops, cyclic_garbage):
+    """A graph dies with its last reference: a cycle through its cache would keep its arrays (and every
+    sampled block's, one per step) until the cyclic garbage collector runs."""
+    import gc
+
+    rng = np.random.default_rng(0)
+    g = naive.random_graph(rng, 30, 4, self_loops=self_loops, duplicates=True, empty_rows=2)
+
+    def use(h):
+        looped = h.with_self_loops()
+        assert looped.with_self_loops() is looped and looped.loop_layout().graph is looped
+        kept = looped.loop_layout().kept
+        np.testing.assert_array_equal(kept, np.flatnonzero(looped.indices != looped.targets()))
+        h.without_self_loops().without_self_loops().source_order()
+        h.source_order()
+
+    use(CSRGraph(g.indptr, g.indices, 30))  # first calls compile, which leaves garbage
+    gc.collect()
+    gc.disable()
+    try:
+        use(CSRGraph(g.indptr, g.indices, 30))
+        assert not cyclic_garbage()
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_with_self_loops_one_per_node(seed):
     rng = np.random.default_rng(seed)

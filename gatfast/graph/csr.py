@@ -18,13 +18,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import convert
-from .loops import loop_layout, without_loops
+from .loops import LoopLayout, loop_layout, without_loops
 
 __all__ = ["MAX_NODES", "CSRGraph"]
 
 #: The largest node count a graph may have (int64 CSR arrays; a row pointer
 #: of this many entries takes 16 GiB).
 MAX_NODES = 2**31 - 1
+_NO_LOOPS = "no loops"  # cached by without_self_loops for a graph that has none
 
 
 class CSRGraph:
@@ -335,6 +336,8 @@ class CSRGraph:
         layout = self._cache.get("loops")
         if layout is None:
             layout = self._cache["loops"] = loop_layout(self)
+        elif layout.graph is None:  # a graph with its loops already maps onto itself
+            layout = LoopLayout(self, layout.kept, layout.loop_slots)
         return layout
 
     def with_self_loops(self):
@@ -355,12 +358,12 @@ class CSRGraph:
         if cached is None:
             keep = self._indices != self.targets()
             if keep.all():
-                cached = self
+                cached = _NO_LOOPS  # not self: a cycle would outlive the last reference to it
             else:
                 indptr, indices = without_loops(self, keep)
                 cached = CSRGraph(indptr, indices, self._num_dst, self._num_src if self.is_bipartite() else None)
             self._cache["no_loops"] = cached
-        return cached
+        return self if cached is _NO_LOOPS else cached
 
     def is_bipartite(self):
         """True if sources and targets are counted separately (``num_src != num_dst``)."""

@@ -19,7 +19,8 @@ class LoopLayout:
     ----------
     graph : CSRGraph
         The graph with its loops removed and one loop per target ``i <
-        min(num_src, num_dst)`` appended at the end of row ``i``.
+        min(num_src, num_dst)`` appended at the end of row ``i``. (None
+        only in the layout a looped graph caches for itself.)
     kept : ndarray of int64
         For every non-loop slot of ``graph`` in CSR order, the edge id it
         came from in the original graph (the original loops are dropped).
@@ -51,6 +52,8 @@ def loop_layout(graph):
 
     indptr, indices, kept, loop_slots, looped_kept = _loop_layout(graph.indptr, graph.indices, *graph.shape)
     looped = CSRGraph._from_valid(indptr, indices, graph.num_dst, graph.num_src)
-    # on the looped graph, removing its loops and adding them again changes nothing
-    looped._cache["loops"] = LoopLayout(looped, _read_only(looped_kept), _read_only(loop_slots.copy()))
+    # on the looped graph, removing its loops and adding them again changes nothing; its layout
+    # names no graph (CSRGraph.loop_layout fills in the graph itself): a reference to it would be
+    # a cycle, which keeps every sampled block's arrays alive until the cyclic GC finds them
+    looped._cache["loops"] = LoopLayout(None, _read_only(looped_kept), _read_only(loop_slots.copy()))
     return LoopLayout(looped, _read_only(kept), _read_only(loop_slots))
