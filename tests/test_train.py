@@ -117,6 +117,41 @@ def test_early_stopping_restores_the_best_validation_epoch():
         p["val_loss"] for p in prior)
 
 
+def test_final_metrics_are_the_best_epochs_evaluation_not_a_second_one(monkeypatch):
+    import gatfast.training.loop as loop
+
+    calls = []
+    real = loop.evaluate_splits
+    monkeypatch.setattr(loop, "evaluate_splits", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ds = small_csbm()
+    result = train(ds, epochs=6, lr=0.05, seed=0, quiet=True, **SMALL)
+    assert len(calls) == 6  # one per epoch: the best epoch's is reused, not recomputed
+    fresh = evaluate(result.model, ds)
+    m = result.metrics
+    for key in ("train_accuracy", "val_accuracy", "test_accuracy", "train_loss", "val_loss", "test_loss"):
+        assert m[key] == fresh[key], key
+    best = result.history[m["best_epoch"] - 1]
+    assert m["val_loss"] == best["val_loss"]
+
+
+def test_a_callback_that_changes_parameters_gets_them_evaluated_again(monkeypatch):
+    import gatfast.training.loop as loop
+
+    calls = []
+    real = loop.evaluate_splits
+    monkeypatch.setattr(loop, "evaluate_splits", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def shrink(epoch, model, grads, row):  # runs after the epoch's evaluation, before the snapshot
+        model.load_parameters({k: v * 0.5 for k, v in model.parameters().items()})
+
+    ds = small_csbm()
+    result = train(ds, epochs=3, lr=0.05, seed=0, quiet=True, callback=shrink, **SMALL)
+    assert len(calls) == 4
+    fresh = evaluate(result.model, ds)
+    assert result.metrics["val_loss"] == fresh["val_loss"]
+    assert result.metrics["train_loss"] == fresh["train_loss"]
+
+
 def test_patience_zero_or_none_disables_early_stopping():
     ds = small_csbm()
     assert train(ds, epochs=40, patience=0, lr=0.05, quiet=True, **SMALL).metrics["epochs"] == 40

@@ -248,6 +248,7 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
     params = model.parameters()
     t0 = time.perf_counter()
     history, best, best_params, best_epoch, interrupted, lost = [], None, None, 0, None, None
+    best_metrics = None  # the evaluation of best_params, when nothing could have changed them after it
     best_acc, best_loss, since = -math.inf, math.inf, 0
     graph_level = isinstance(dataset, GraphDataset)
     if graph_level:
@@ -290,6 +291,9 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
                 if _better(sel, best):
                     best, best_epoch = sel, epoch
                     best_params = {k: v.copy() for k, v in params.items()}
+                    # evaluation is deterministic: these are the final metrics if this epoch stays the best
+                    # (a callback may have changed the parameters since they were evaluated)
+                    best_metrics = metrics if callback is None else None
                 improved = False
                 if "val_accuracy" in sel and sel["val_accuracy"] >= best_acc:
                     best_acc, improved = sel["val_accuracy"], True
@@ -314,7 +318,9 @@ def fit(model, dataset, optimizer, config=None, *, splits=None, callback=None, s
             interrupted, lost = "workers lost", WorkersLost(f"{exc} (during epoch {epoch})")
 
     model.load_parameters(best_params if best_params is not None else initial)
-    final = task_metrics(dataset.task, evaluate_splits(model, dataset, splits if graph_level else None, outputs))
+    if best_metrics is None:
+        best_metrics = evaluate_splits(model, dataset, splits if graph_level else None, outputs)
+    final = task_metrics(dataset.task, best_metrics)
     final.update(epochs=len(history), best_epoch=best_epoch, seconds=time.perf_counter() - t0)
     if interrupted:
         final["interrupted"] = True
