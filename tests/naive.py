@@ -592,3 +592,29 @@ def loop_layout(indptr, indices, num_dst, num_src):
     new_indices[~is_loop] = indices[keep]
     new_indices[loop_slots] = np.arange(loops)
     return new_indptr, new_indices, np.flatnonzero(keep), loop_slots, np.flatnonzero(~is_loop)
+
+
+def keyed_attention_draws(keys, graph, attention, heads):
+    """The uniform draws (E_att, heads) behind keyed attention dropout, in the attention graph's order.
+
+    An edge of ``graph`` draws under its global id (``keys.edge_ids``,
+    default its position); a self loop the layer adds draws under its
+    target's id (``keys.dst_ids``) with the ``LOOPS`` child key. Plain
+    masking and scattering of ``RandomKeys.uniform`` draws.
+    """
+    from gatfast._random import LOOPS
+
+    edge_ids = np.arange(graph.nnz) if keys.edge_ids is None else np.asarray(keys.edge_ids)
+    dst_ids = np.arange(graph.num_dst) if keys.dst_ids is None else np.asarray(keys.dst_ids)
+    not_loop = graph.indices != np.repeat(np.arange(graph.num_dst), np.diff(graph.indptr))
+    if attention is graph:
+        return keys.uniform(edge_ids, heads)
+    if attention.nnz <= graph.nnz:  # loops removed
+        return keys.uniform(edge_ids[not_loop], heads)
+    draw = np.empty((attention.nnz, heads))
+    att_targets = np.repeat(np.arange(attention.num_dst), np.diff(attention.indptr))
+    att_loop = attention.indices == att_targets
+    draw[~att_loop] = keys.uniform(edge_ids[not_loop], heads)  # each row keeps its other edges in order
+    loops = np.flatnonzero(att_loop)  # one per target i < min(num_src, num_dst), in row order
+    draw[loops] = keys.child(LOOPS).uniform(dst_ids[att_targets[loops]], heads)
+    return draw

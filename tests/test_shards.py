@@ -68,6 +68,57 @@ def test_keyed_dropout_depends_on_the_node_not_the_batch():
     assert 0 < np.count_nonzero(a) < a.size
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("p", [0.5, 0.6, 0.75, 1e-300, 1 - 2.0**-53, 0.3 + 2.0**-54])
+def test_keyed_dense_dropout_is_the_formula_of_its_draws(p, dtype):
+    """The fused kernel compares integer draw bits with a threshold: the same masks as ``uniform >= p``."""
+    from gatfast.models import apply_dropout
+
+    keys = RandomKeys(9, 4).child(2)
+    ids = np.array([0, 7, 3, 2**40 + 5, 123456789, 1])
+    x = np.random.default_rng(0).standard_normal((ids.size, 33)).astype(dtype)
+    y, mask = apply_dropout(x, p, keys, ids)
+    expected = ((keys.uniform(ids, 33) >= p) / (1.0 - p)).astype(dtype)
+    np.testing.assert_array_equal(mask, expected)
+    np.testing.assert_array_equal(y, x * expected)
+
+
+@pytest.mark.parametrize("loops", ["added", "removed", "as given"])
+@pytest.mark.parametrize("bipartite", [False, True])
+def test_keyed_attention_dropout_is_the_formula_of_its_draws(loops, bipartite):
+    import naive
+
+    rng = np.random.default_rng(3)
+    n_dst, n_src = (30, 45) if bipartite else (40, 40)
+    dst = np.repeat(np.arange(n_dst), rng.integers(0, 6, n_dst))
+    src = rng.integers(0, n_src, dst.size)
+    src[::4] = dst[::4]  # self loops (pairs i -> i), some of them twice
+    g = gatfast.CSRGraph.from_edge_index(np.stack([src, dst]), size=(n_src, n_dst))
+    options = {"added": {}, "removed": {"root_weight": "theta_r"}, "as given": {"add_self_loops": False}}[loops]
+    p, heads = 0.4, 3
+    layer = gatfast.GATv2Layer(5, 4, heads=heads, dropout=p, seed=0, dtype=np.float64, **options)
+    keys = RandomKeys(2, 7).for_graph(rng.permutation(10 * g.nnz)[: g.nnz], rng.permutation(10 * n_dst)[:n_dst])
+    x = rng.standard_normal((n_src, 5))
+    _, cache = layer.forward(g, x, training=True, rng=keys)
+    draws = naive.keyed_attention_draws(keys, g, cache.graph, heads)
+    np.testing.assert_array_equal(cache.edge_scale, (draws >= p) / (1 - p))
+
+
+def test_keep_threshold_splits_the_draw_bits_where_the_float_comparison_does():
+    from gatfast.kernels.random import keep_threshold
+
+    rng = np.random.default_rng(1)
+    grid = np.arange(1, 2**20) * 2.0**-20  # points where a draw equals p exactly
+    ps = np.concatenate([[0.0, 1.0, 5e-324, 2.0**-53, 1 - 2.0**-53], grid[::997], rng.random(200),
+                         np.nextafter(grid[::1999], 0), np.nextafter(grid[::1999], 1)])
+    for p in ps:
+        t = int(keep_threshold(p))
+        assert 0 <= t <= 2**53
+        for bits in (t - 1, t, t + 1):
+            if 0 <= bits < 2**53:
+                assert (bits * 2.0**-53 >= p) == (bits >= t), (p, bits)
+
+
 def test_sampled_training_learns_cora():
     result = gatfast.train("cora", fanout=(10, 10), batch_size=256, epochs=40, patience=None, quiet=True, seed=0)
     assert result.metrics["val_accuracy"] > 0.6 and result.metrics["test_accuracy"] > 0.6

@@ -12,6 +12,8 @@ the key mixed with the id and the column; the top 53 bits give a float64 in
 attention kernels, and safe in forked children.
 """
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -40,10 +42,28 @@ def derive_key(key, values):
 
 
 @njit(inline="always", cache=True)
-def uniform_at(key, ident, column):
-    """The uniform draw in ``[0, 1)`` for ``(key, ident, column)``."""
+def draw_bits(key, ident, column):
+    """The 53 random bits of ``(key, ident, column)`` as an int64 in ``[0, 2**53)``."""
     h = mix(key ^ mix(np.uint64(ident) * np.uint64(0x100000001B3) + np.uint64(column)))
-    return np.float64(h >> np.uint64(11)) * _SCALE
+    return np.int64(h >> np.uint64(11))
+
+
+@njit(inline="always", cache=True)
+def uniform_at(key, ident, column):
+    """The uniform draw in ``[0, 1)`` for ``(key, ident, column)``: ``draw_bits * 2**-53``."""
+    return np.float64(draw_bits(key, ident, column)) * _SCALE
+
+
+def keep_threshold(p):
+    """The int64 ``t`` with ``uniform_at(...) >= p`` exactly when ``draw_bits(...) >= t``, for ``p`` in [0, 1].
+
+    A draw is ``bits * 2**-53`` with an integer ``bits``, and scaling ``p``
+    by a power of two is exact, so ``bits * 2**-53 >= p`` holds exactly when
+    ``bits >= ceil(p * 2**53)``. Comparing integers skips the conversion to
+    float64, which AVX2 has no instruction for (a third of a dropout mask's
+    time).
+    """
+    return np.int64(math.ceil(float(p) * 9007199254740992.0))
 
 
 @njit(nogil=True, cache=True)
@@ -55,6 +75,25 @@ def keyed_uniform_rows(r0, r1, key, ids, out):
             out[r, c] = uniform_at(k, ids[r], c)
 
 
+@njit(nogil=True, cache=True)
+def keyed_keep_rows(r0, r1, key, ids, slots, threshold, scale, out):
+    """Rows ``[r0, r1)`` of keyed dropout multipliers: ``out[slots[r], c] = scale`` if the draw of
+    ``(key, ids[r], c)`` is kept (``draw_bits >= threshold``, see :func:`keep_threshold`), else 0.
+
+    ``slots`` places row ``r`` of the draws in ``out`` (an empty ``slots``:
+    row ``r`` itself), so the rows of one graph's edges and of the self
+    loops a layer adds land where the attention graph has them.
+    """
+    k = np.uint64(key)
+    zero = out.dtype.type(0)
+    direct = slots.size == 0
+    for r in range(r0, r1):
+        row = r if direct else slots[r]
+        ident = ids[r]
+        for c in range(out.shape[1]):
+            out[row, c] = scale if draw_bits(k, ident, c) >= threshold else zero
+
+
 @njit(cache=True)
 def keyed_uniform_pairs(key, rows, cols, out):
     """``out[e] = U(key, rows[e], cols[e])``: one draw per stored entry of a sparse matrix."""
@@ -64,10 +103,10 @@ def keyed_uniform_pairs(key, rows, cols, out):
 
 
 @njit(nogil=True, cache=True)
-def keyed_dropout_rows(r0, r1, key, ids, x, p, scale, mask, y, overflow):
+def keyed_dropout_rows(r0, r1, key, ids, x, threshold, scale, mask, y, overflow):
     """Rows ``[r0, r1)`` of keyed inverted dropout: ``mask = scale * (U(key, ids[r], c) >= p)``, ``y = x * mask``.
 
-    The draws are :func:`uniform_at`'s, so the multipliers equal
+    ``threshold`` is ``keep_threshold(p)``. The draws are :func:`uniform_at`'s, so the multipliers equal
     ``((uniform(ids, width) >= p) / (1 - p)).astype(x.dtype)`` bit for bit,
     without the float64 draws, the boolean and the cast in memory. Sets
     ``overflow[0] = 1`` if a ``y`` is not finite (a huge ``x`` times
@@ -81,7 +120,7 @@ def keyed_dropout_rows(r0, r1, key, ids, x, p, scale, mask, y, overflow):
     for r in range(r0, r1):
         ident = ids[r]
         for c in range(x.shape[1]):
-            m = scale if uniform_at(k, ident, c) >= p else zero
+            m = scale if draw_bits(k, ident, c) >= threshold else zero
             mask[r, c] = m
             y[r, c] = x[r, c] * m
         # a separate integer reduction over the row (in L1): a float one in the loop above stops

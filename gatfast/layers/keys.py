@@ -1,20 +1,26 @@
-"""Attention-dropout draws keyed by global edge ids (see :mod:`gatfast._random`)."""
+"""Attention-dropout multipliers keyed by global edge ids (see :mod:`gatfast._random`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .. import _runtime
 from .._random import LOOPS
+from ..kernels.random import keep_threshold, keyed_keep_rows
 
-__all__ = ["attention_draws"]
+__all__ = ["attention_keep"]
+
+_DIRECT = np.zeros(0, dtype=np.int64)  # keyed_keep_rows: draw row r goes to row r
 
 
-def attention_draws(keys, inputs, heads):
-    """Uniform draws (E_att, heads) for the attention graph's edges, keyed by global edge ids.
+def attention_keep(keys, inputs, p, out):
+    """Write the attention-dropout multipliers ``(draw >= p) / (1 - p)`` into ``out`` (E_att, heads).
 
-    Edges of the given graph use their ids (``keys.edge_ids``, default their
-    positions); the self loops the layer adds use a separate key space and
-    the id of their target (``keys.dst_ids``).
+    The draw of an edge of the given graph is keyed by its id
+    (``keys.edge_ids``, default its position), that of a self loop the
+    layer adds by its target's id (``keys.dst_ids``) in a key space of its
+    own: the multipliers of ``(keys.uniform(ids, heads) >= p)``, placed in
+    the attention graph's order, computed without the float64 draws.
     """
     graph, attention = inputs.graph, inputs.attention
     edge_ids = np.arange(graph.nnz, dtype=np.int64) if keys.edge_ids is None else np.asarray(keys.edge_ids)
@@ -22,12 +28,20 @@ def attention_draws(keys, inputs, heads):
     if edge_ids.shape != (graph.nnz,) or dst_ids.shape != (graph.num_dst,):
         raise ValueError(f"the keys' edge_ids and dst_ids must have shapes ({graph.nnz},) and ({graph.num_dst},), "
                          f"got {edge_ids.shape} and {dst_ids.shape}")
+    threshold, scale = keep_threshold(p), out.dtype.type(1.0 / (1.0 - p))
+
+    def fill(k, ids, slots):
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        # ~8 operations a draw: rows on threads when that is worth it
+        args = (np.uint64(k.key), ids, slots, threshold, scale, out)
+        _runtime.run_rows(keyed_keep_rows, ids.size, args, ids.size * out.shape[1] * 8)
+
     if attention is graph:
-        return keys.uniform(edge_ids, heads)
-    if attention.nnz <= graph.nnz:  # self loops removed, none added (root weights)
-        return keys.uniform(edge_ids[graph.indices != graph.targets()], heads)
-    layout = graph.loop_layout()
-    draw = np.empty((attention.nnz, heads), dtype=np.float64)
-    draw[attention.loop_layout().kept] = keys.uniform(edge_ids[layout.kept], heads)
-    draw[layout.loop_slots] = keys.child(LOOPS).uniform(dst_ids[: layout.loop_slots.size], heads)
-    return draw
+        fill(keys, edge_ids, _DIRECT)
+    elif attention.nnz <= graph.nnz:  # self loops removed, none added (root weights)
+        fill(keys, edge_ids[graph.indices != graph.targets()], _DIRECT)
+    else:
+        layout = graph.loop_layout()
+        fill(keys, edge_ids[layout.kept], attention.loop_layout().kept)
+        fill(keys.child(LOOPS), dst_ids[: layout.loop_slots.size], layout.loop_slots)
+    return out

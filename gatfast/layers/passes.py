@@ -28,7 +28,7 @@ from ..kernels import (
 )
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
-from .keys import attention_draws
+from .keys import attention_keep
 
 __all__ = [
     "KernelConstants",
@@ -72,12 +72,11 @@ def attention_dropout(layer, inputs, rng, ws):
     order); from :class:`RandomKeys` each edge's draws depend on its global id.
     """
     g, H, dtype = inputs.attention, layer.heads, layer.dtype
-    if isinstance(rng, RandomKeys):
-        draw = attention_draws(rng, inputs, H)
-    else:
-        draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
-        rng.random(out=draw)  # the same stream as rng.random((nnz, H))
     edge_scale = ws.empty("edge_scale", (g.nnz, H), dtype)
+    if isinstance(rng, RandomKeys):
+        return attention_keep(rng, inputs, layer.dropout, edge_scale)
+    draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
+    rng.random(out=draw)  # the same stream as rng.random((nnz, H))
     np.multiply(draw >= layer.dropout, dtype.type(1.0 / (1.0 - layer.dropout)), out=edge_scale)
     return edge_scale
 

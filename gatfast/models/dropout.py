@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from .. import _runtime
 from .. import _validate as V
 from .._random import RandomKeys
-from ..kernels.random import keyed_dropout_rows
+from ..kernels.random import keep_threshold, keyed_dropout_rows
 
 __all__ = ["apply_dropout", "checked_dropout", "dropout_backward", "dropout_mask"]
 
@@ -82,9 +82,8 @@ def _keyed_dense(rng, x, p, row_ids):
     scale = x.dtype.type(1.0 / (1.0 - p))  # what (True / (1 - p)).astype(dtype) gives
     overflow = np.zeros(1, dtype=np.int8)
     # ~8 operations per draw: rows on threads when that is worth it (each row's draws depend on its id only)
-    _runtime.run_rows(
-        keyed_dropout_rows, n, (np.uint64(rng.key), rows, x, p, scale, mask, y, overflow), n * width * 8
-    )
+    args = (np.uint64(rng.key), rows, x, keep_threshold(p), scale, mask, y, overflow)
+    _runtime.run_rows(keyed_dropout_rows, n, args, n * width * 8)
     return y, mask, not overflow[0]
 
 
