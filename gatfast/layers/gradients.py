@@ -119,7 +119,8 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws, inpu
             grads = {"W_l": gW_l + gW_r, "b_l": gb_l + gb_r if layer.bias else None}
         else:
             grads = {"W_l": gW_l, "b_l": gb_l, "W_r": gW_r, "b_r": gb_r}
-    x_dst_t = _transposed(x_dst) if sp.issparse(x_dst) else None
+    # only the root and residual weights need it: a transpose costs as much as a product
+    x_dst_t = _transposed(x_dst) if layer.root_weight == "theta_n" or layer.residual else None
     if layer.root_weight == "theta_n":
         gn = g_heads.reshape(n_dst, H * C)
         grads["W_n"] = weight_grad(gn, x_dst, x_dst_t)
