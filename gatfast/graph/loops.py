@@ -19,8 +19,8 @@ class LoopLayout:
     ----------
     graph : CSRGraph
         The graph with its loops removed and one loop per target ``i <
-        min(num_src, num_dst)`` appended at the end of row ``i``. (None
-        only in the layout a looped graph caches for itself.)
+        min(num_src, num_dst)`` appended at the end of row ``i``; None
+        only in the layout a looped graph caches for itself.
     kept : ndarray of int64
         For every non-loop slot of ``graph`` in CSR order, the edge id it
         came from in the original graph (the original loops are dropped).
