@@ -594,13 +594,14 @@ def loop_layout(indptr, indices, num_dst, num_src):
     return new_indptr, new_indices, np.flatnonzero(keep), loop_slots, np.flatnonzero(~is_loop)
 
 
-def keyed_attention_draws(keys, graph, attention, heads):
+def keyed_attention_draws(keys, graph, attention, heads, loops_removed):
     """The uniform draws (E_att, heads) behind keyed attention dropout, in the attention graph's order.
 
     An edge of ``graph`` draws under its global id (``keys.edge_ids``,
     default its position); a self loop the layer adds draws under its
-    target's id (``keys.dst_ids``) with the ``LOOPS`` child key. Plain
-    masking and scattering of ``RandomKeys.uniform`` draws.
+    target's id (``keys.dst_ids``) with the ``LOOPS`` child key; with
+    ``loops_removed`` (root weights) the graph's loops are left out and none
+    is added. Plain masking and scattering of ``RandomKeys.uniform`` draws.
     """
     from gatfast._random import LOOPS
 
@@ -609,7 +610,7 @@ def keyed_attention_draws(keys, graph, attention, heads):
     not_loop = graph.indices != np.repeat(np.arange(graph.num_dst), np.diff(graph.indptr))
     if attention is graph:
         return keys.uniform(edge_ids, heads)
-    if attention.nnz <= graph.nnz:  # loops removed
+    if loops_removed:
         return keys.uniform(edge_ids[not_loop], heads)
     draw = np.empty((attention.nnz, heads))
     att_targets = np.repeat(np.arange(attention.num_dst), np.diff(attention.indptr))

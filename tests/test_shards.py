@@ -85,7 +85,8 @@ def test_keyed_dense_dropout_is_the_formula_of_its_draws(p, dtype):
 
 @pytest.mark.parametrize("loops", ["added", "removed", "as given"])
 @pytest.mark.parametrize("bipartite", [False, True])
-def test_keyed_attention_dropout_is_the_formula_of_its_draws(loops, bipartite):
+@pytest.mark.parametrize("graph_loops", ["some", "one per node, first", "one per node, last", "two on some"])
+def test_keyed_attention_dropout_is_the_formula_of_its_draws(loops, bipartite, graph_loops):
     import naive
 
     rng = np.random.default_rng(3)
@@ -93,6 +94,15 @@ def test_keyed_attention_dropout_is_the_formula_of_its_draws(loops, bipartite):
     dst = np.repeat(np.arange(n_dst), rng.integers(0, 6, n_dst))
     src = rng.integers(0, n_src, dst.size)
     src[::4] = dst[::4]  # self loops (pairs i -> i), some of them twice
+    if graph_loops != "some":  # every target i < min(n_src, n_dst) gets a loop: as many edges as once replaced
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        targets = np.arange(min(n_src, n_dst))
+        extra = targets[::3] if graph_loops == "two on some" else targets[:0]
+        loop = np.concatenate([targets, extra])
+        first = graph_loops != "one per node, last"
+        src = np.concatenate([loop, src] if first else [src, loop])
+        dst = np.concatenate([loop, dst] if first else [dst, loop])
     g = gatfast.CSRGraph.from_edge_index(np.stack([src, dst]), size=(n_src, n_dst))
     options = {"added": {}, "removed": {"root_weight": "theta_r"}, "as given": {"add_self_loops": False}}[loops]
     p, heads = 0.4, 3
@@ -100,7 +110,7 @@ def test_keyed_attention_dropout_is_the_formula_of_its_draws(loops, bipartite):
     keys = RandomKeys(2, 7).for_graph(rng.permutation(10 * g.nnz)[: g.nnz], rng.permutation(10 * n_dst)[:n_dst])
     x = rng.standard_normal((n_src, 5))
     _, cache = layer.forward(g, x, training=True, rng=keys)
-    draws = naive.keyed_attention_draws(keys, g, cache.graph, heads)
+    draws = naive.keyed_attention_draws(keys, g, cache.graph, heads, loops_removed=loops == "removed")
     np.testing.assert_array_equal(cache.edge_scale, (draws >= p) / (1 - p))
 
 

@@ -121,9 +121,10 @@ def _softmax_aggregate(i, start, end, indices, xl, edge_scale, alpha, out):
         for e in range(start, end):
             alpha[e, h] = alpha[e, h] * inv
     # aggregation; xl[j] of this row is still in cache from the scores. A dropped edge is added as
-    # 0 * xl[j] rather than skipped: the same bits (out starts at +0 and a sum that starts at +0
-    # never becomes -0, so adding +-0 changes nothing; a non-finite xl[j] has already made the
-    # row's scores NaN), and a branch taken at random (p = 0.6) cost more than the work it saved
+    # 0 * xl[j] rather than skipped: the same bits for finite xl (out starts at +0, and a sum that
+    # starts at +0 never becomes -0, so adding +-0 changes nothing), and a branch taken at random
+    # (p = 0.6) cost more than the work it saved. An overflowed xl[j] gives NaN, with dropout as
+    # without (an edge of weight 0 is added either way), and the layer's output check refuses it
     for e in range(start, end):
         j = indices[e]
         for h in range(heads):

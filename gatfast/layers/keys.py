@@ -13,7 +13,7 @@ __all__ = ["attention_keep"]
 _DIRECT = np.zeros(0, dtype=np.int64)  # keyed_keep_rows: draw row r goes to row r
 
 
-def attention_keep(keys, inputs, p, out):
+def attention_keep(keys, inputs, p, out, loops_removed):
     """Write the attention-dropout multipliers ``(draw >= p) / (1 - p)`` into ``out`` (E_att, heads).
 
     The draw of an edge of the given graph is keyed by its id
@@ -21,6 +21,10 @@ def attention_keep(keys, inputs, p, out):
     layer adds by its target's id (``keys.dst_ids``) in a key space of its
     own: the multipliers of ``(keys.uniform(ids, heads) >= p)``, placed in
     the attention graph's order, computed without the float64 draws.
+    ``loops_removed``: the layer attends without self loops (root weights);
+    otherwise an attention graph other than ``inputs.graph`` has them added.
+    (The layer's settings decide, never the edge counts: a graph with a
+    loop on every node has as many edges as with its loops replaced.)
     """
     graph, attention = inputs.graph, inputs.attention
     edge_ids = np.arange(graph.nnz, dtype=np.int64) if keys.edge_ids is None else np.asarray(keys.edge_ids)
@@ -38,7 +42,7 @@ def attention_keep(keys, inputs, p, out):
 
     if attention is graph:
         fill(keys, edge_ids, _DIRECT)
-    elif attention.nnz <= graph.nnz:  # self loops removed, none added (root weights)
+    elif loops_removed:
         fill(keys, edge_ids[graph.indices != graph.targets()], _DIRECT)
     else:
         layout = graph.loop_layout()

@@ -74,7 +74,7 @@ def attention_dropout(layer, inputs, rng, ws):
     g, H, dtype = inputs.attention, layer.heads, layer.dtype
     edge_scale = ws.empty("edge_scale", (g.nnz, H), dtype)
     if isinstance(rng, RandomKeys):
-        return attention_keep(rng, inputs, layer.dropout, edge_scale)
+        return attention_keep(rng, inputs, layer.dropout, edge_scale, layer.root_weight is not None)
     draw = ws.empty("dropout_draw", (g.nnz, H), np.float64)
     rng.random(out=draw)  # the same stream as rng.random((nnz, H))
     np.multiply(draw >= layer.dropout, dtype.type(1.0 / (1.0 - layer.dropout)), out=edge_scale)
