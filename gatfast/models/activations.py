@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import _runtime
 from .. import _validate as V
-from ..kernels.elu import elu_backward_rows, elu_rows
+from ..kernels.elu import elu_backward_rows, elu_backward_rows_f32, elu_rows, elu_rows_f32
 
 __all__ = ["ACTIVATIONS", "activation_backward", "activation_forward"]
 
@@ -39,13 +39,23 @@ def activation_forward(name, x, check_finite=True):
         return x.copy()
     if name == "relu":
         return np.maximum(x, x.dtype.type(0))
-    if x.ndim == 2 and x.dtype in V.FLOAT_DTYPES:  # one pass, rows on threads when worth it
-        x = np.ascontiguousarray(x)
-        y = np.empty(x.shape, x.dtype)
-        _runtime.run_rows(elu_rows, x.shape[0], (x, y), x.size * 16)
-        return y
+    if x.dtype == np.float32 or (x.ndim == 2 and x.dtype == np.float64):  # one pass, rows on threads
+        x2 = _as_rows(x)
+        y = np.empty(x2.shape, x.dtype)
+        kernel = elu_rows_f32 if x.dtype == np.float32 else elu_rows
+        _runtime.run_rows(kernel, x2.shape[0], (x2, y), x2.size * 16)
+        return y.reshape(x.shape)
     # min(x, 0) keeps expm1 from overflowing on large positive inputs
     return np.where(x > 0, x, np.expm1(np.minimum(x, x.dtype.type(0))))
+
+
+def _as_rows(x):
+    """``x`` as a C-contiguous 2-D array (a view where possible): float32 of any shape takes the
+    float32 kernels, so its bits do not depend on the shape."""
+    x = np.ascontiguousarray(x)
+    if x.ndim == 2:
+        return x
+    return x.reshape(-1, x.shape[-1]) if x.ndim > 2 and x.shape[-1] else x.reshape(1, -1)
 
 
 def activation_backward(name, x, y, grad_y, check_finite=True):
@@ -81,10 +91,11 @@ def activation_backward(name, x, y, grad_y, check_finite=True):
     zero = grad_y.dtype.type(0)
     if name == "relu":
         return np.where(x > 0, grad_y, zero)
-    if x.ndim == 2 and x.dtype == grad_y.dtype and x.dtype in V.FLOAT_DTYPES:
-        x, grad_y = np.ascontiguousarray(x), np.ascontiguousarray(grad_y)
-        grad_x = np.empty(x.shape, x.dtype)
-        _runtime.run_rows(elu_backward_rows, x.shape[0], (x, grad_y, grad_x), x.size * 16)
-        return grad_x
+    if x.dtype == grad_y.dtype and (x.dtype == np.float32 or (x.ndim == 2 and x.dtype == np.float64)):
+        x2, g2 = _as_rows(x), _as_rows(grad_y)
+        grad_x = np.empty(x2.shape, x.dtype)
+        kernel = elu_backward_rows_f32 if x.dtype == np.float32 else elu_backward_rows
+        _runtime.run_rows(kernel, x2.shape[0], (x2, g2, grad_x), x2.size * 16)
+        return grad_x.reshape(x.shape)
     slope = np.exp(np.minimum(x, x.dtype.type(0)))
     return np.where(x > 0, grad_y, grad_y * slope.astype(grad_y.dtype, copy=False))
