@@ -32,26 +32,20 @@ _LN2_LO = 1.9082149292705877e-10
 _LOWEST = -110.0
 
 
+# (2**b, 2**-(2**b)) for the binary digits b = 7 .. 0 of the exponent
+_DIGITS = tuple((float(2**b), 2.0 ** -(2**b)) for b in range(7, -1, -1))
+
+
 @njit(inline="always", cache=True)
 def _pow2_neg(n):
     """``2**-n`` for an integer-valued float ``n`` in ``[0, 255]``, from its binary digits (float
     operations only: AVX2 has no float64 -> int64 conversion to build it from an exponent field)."""
     s = 1.0
-    take = n >= 128.0
-    s, n = (s * 2.0**-128, n - 128.0) if take else (s, n)
-    take = n >= 64.0
-    s, n = (s * 2.0**-64, n - 64.0) if take else (s, n)
-    take = n >= 32.0
-    s, n = (s * 2.0**-32, n - 32.0) if take else (s, n)
-    take = n >= 16.0
-    s, n = (s * 2.0**-16, n - 16.0) if take else (s, n)
-    take = n >= 8.0
-    s, n = (s * 2.0**-8, n - 8.0) if take else (s, n)
-    take = n >= 4.0
-    s, n = (s * 2.0**-4, n - 4.0) if take else (s, n)
-    take = n >= 2.0
-    s, n = (s * 2.0**-2, n - 2.0) if take else (s, n)
-    return s * 0.5 if n >= 1.0 else s
+    for step, scale in _DIGITS:
+        take = n >= step
+        s = s * scale if take else s
+        n = n - step if take else n
+    return s
 
 
 @njit(inline="always", cache=True)

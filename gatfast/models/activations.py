@@ -39,14 +39,22 @@ def activation_forward(name, x, check_finite=True):
         return x.copy()
     if name == "relu":
         return np.maximum(x, x.dtype.type(0))
-    if x.dtype == np.float32 or (x.ndim == 2 and x.dtype == np.float64):  # one pass, rows on threads
+    kernel = _elu_kernel(x, elu_rows_f32, elu_rows)
+    if kernel is not None:  # one pass, rows on threads when worth it
         x2 = _as_rows(x)
         y = np.empty(x2.shape, x.dtype)
-        kernel = elu_rows_f32 if x.dtype == np.float32 else elu_rows
         _runtime.run_rows(kernel, x2.shape[0], (x2, y), x2.size * 16)
         return y.reshape(x.shape)
     # min(x, 0) keeps expm1 from overflowing on large positive inputs
     return np.where(x > 0, x, np.expm1(np.minimum(x, x.dtype.type(0))))
+
+
+def _elu_kernel(x, for_float32, for_float64):
+    """The row kernel for ``x``: float32 of any shape (its bits must not depend on the shape), 2-D
+    float64; None for anything else (the numpy form)."""
+    if x.dtype == np.float32:
+        return for_float32
+    return for_float64 if x.ndim == 2 and x.dtype == np.float64 else None
 
 
 def _as_rows(x):
@@ -91,10 +99,10 @@ def activation_backward(name, x, y, grad_y, check_finite=True):
     zero = grad_y.dtype.type(0)
     if name == "relu":
         return np.where(x > 0, grad_y, zero)
-    if x.dtype == grad_y.dtype and (x.dtype == np.float32 or (x.ndim == 2 and x.dtype == np.float64)):
+    kernel = _elu_kernel(x, elu_backward_rows_f32, elu_backward_rows) if x.dtype == grad_y.dtype else None
+    if kernel is not None:
         x2, g2 = _as_rows(x), _as_rows(grad_y)
         grad_x = np.empty(x2.shape, x.dtype)
-        kernel = elu_backward_rows_f32 if x.dtype == np.float32 else elu_backward_rows
         _runtime.run_rows(kernel, x2.shape[0], (x2, g2, grad_x), x2.size * 16)
         return grad_x.reshape(x.shape)
     slope = np.exp(np.minimum(x, x.dtype.type(0)))
