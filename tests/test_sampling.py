@@ -229,3 +229,27 @@ def test_relabel_in_parts_with_a_table_of_either_width_gives_first_use_order():
             n = relabel_into(table, sources[start:stop], ids, n, loc[start:stop])
         assert ids[:n].tolist() == first_use
         np.testing.assert_array_equal(loc, local)
+
+
+@pytest.mark.parametrize("fanout", [3, 10, -1])
+def test_a_hop_split_among_any_number_of_helpers_equals_the_one_call_hop(fanout):
+    # the threaded hop (the caller's short first part, then one part per helper, relabelled in
+    # order) against the serial one-call kernel; more helpers than the pool has threads only queue
+    from gatfast.kernels.sampling import pick_counts
+    from gatfast.sampling.blocks import _pick_and_relabel, _pick_cuts
+
+    g = skewed_graph(6, n=3000)
+    targets = np.random.default_rng(1).permutation(3000)[:900].astype(np.int64)
+    ptr = pick_counts(g.indptr, targets, fanout)
+    key = np.uint64(99)
+    want = _pick_and_relabel(g, targets, fanout, key, ptr, False, 0)
+    for helpers in (1, 2, 3):
+        cuts = _pick_cuts(ptr, helpers, 10**9)
+        assert len(cuts) == helpers + 2 and cuts[0] == 0 and cuts[-1] == targets.size
+        assert all(a <= b for a, b in zip(cuts, cuts[1:]))
+        for warm in (False, True):  # warm only prefetches
+            got = _pick_and_relabel(g, targets, fanout, key, ptr, warm, helpers)
+            for a, b in zip(want, got):
+                np.testing.assert_array_equal(a, b)
+    assert _pick_cuts(ptr, 3, 1) == [0, targets.size]  # too little work: no helper
+    assert _pick_cuts(ptr[:1], 3, 10**9) == [0, 0]  # no targets

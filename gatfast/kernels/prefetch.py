@@ -51,3 +51,18 @@ def prefetch_row(arr, row, row_bytes):
     """Prefetch the first ``row_bytes`` bytes of ``arr[row]``."""
     for off in range(0, row_bytes, CACHE_LINE):
         _prefetch_byte(arr, row, off)
+
+
+@njit(inline="always", cache=True)
+def prefetch_span(arr, lo, hi, max_bytes):
+    """Prefetch the cache lines of the 1-D ``arr[lo:hi]`` (a CSR row), the first ``max_bytes`` of it.
+
+    A row rarely starts on a line boundary: a fixed number of bytes from its
+    start leaves its last line out about as often as not, so the last
+    byte is asked for as well."""
+    first = lo * arr.itemsize
+    last = min(hi * arr.itemsize, first + max_bytes) - 1
+    for off in range(first, last, CACHE_LINE):
+        _prefetch_byte(arr, 0, off)
+    if last >= first:
+        _prefetch_byte(arr, 0, last)

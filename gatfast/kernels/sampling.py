@@ -15,11 +15,17 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .prefetch import PREFETCH_DISTANCE, prefetch_row
+from .prefetch import PREFETCH_DISTANCE, prefetch_row, prefetch_span
 from .random import uniform_at
 
-# bytes of a row of ``indices`` asked for ahead: two cache lines cover a row of up to 16 sources
-_ROW_AHEAD_BYTES = 128
+# bytes of a row of ``indices`` asked for ahead: rows of up to 32 sources whole (longer rows are
+# hubs, few, and their picks are spread over the row anyway)
+_ROW_AHEAD_BYTES = 256
+
+
+# targets a row is asked for ahead: a pick is short (about 100 ns), and the prefetches of 16 rows
+# ahead overran the outstanding misses a core can track (measured 1.1-1.4x slower on AMD EPYC)
+_PICK_AHEAD = 8
 
 
 # rows of up to this many in-edges keep Floyd's picks in a uint64 bit set
@@ -52,74 +58,91 @@ def _count(indptr, targets, fanout, counts):
         counts[r] = deg if fanout < 0 or deg <= fanout else fanout
 
 
+@njit(inline="always", cache=True)
+def _floyd_draws(key, t, first, count, out):
+    """Floyd's draws for target ``t``: ``out[q]``, uniform in ``[0, first + q]``, for ``q < count``.
+
+    Independent of one another, so computed in a loop of their own ahead of
+    the membership tests: interleaved with them the hashes' long dependency
+    chains did not overlap (a third of a pick's time)."""
+    for q in range(count):
+        j = first + q
+        r = np.int64(uniform_at(key, t, j) * (j + 1))
+        out[q] = r if r <= j else j  # guard against rounding at the top of [0, 1)
+
+
 @njit(nogil=True, cache=True)
-def _pick_row(indptr, indices, t, fanout, key, out, sources, start, chosen):
+def _pick_row(indptr, indices, t, fanout, key, out, sources, start, chosen, warm):
     """Floyd's sampling of ``fanout`` of the row's positions, written sorted into ``out[start:]``,
-    and their source nodes into ``sources[start:]``."""
+    and their source nodes into ``sources[start:]``; with ``warm``, each source's row pointer is
+    prefetched (the next hop counts its in-edges)."""
     lo = indptr[t]
     deg = indptr[t + 1] - lo
     if fanout < 0 or deg <= fanout:
         for k in range(deg):
             out[start + k] = lo + k
             sources[start + k] = indices[lo + k]
+            if warm:
+                prefetch_row(indptr, indices[lo + k], 16)
         return
+    first = deg - fanout
+    _floyd_draws(key, t, first, fanout, chosen)
     if deg <= _BITSET_ROW:
-        # the same draws as below, with the chosen set a bit set: O(1) membership, sorted for free
+        # the chosen set as a bit set: O(1) membership, sorted for free
         one = np.uint64(1)
         bits = np.uint64(0)
-        for j in range(deg - fanout, deg):
-            r = np.int64(uniform_at(key, t, j) * (j + 1))
-            if r > j:
-                r = j
-            bit = one << np.uint64(r)
-            bits |= (one << np.uint64(j)) if bits & bit else bit
+        for q in range(fanout):
+            bit = one << np.uint64(chosen[q])
+            bits |= (one << np.uint64(first + q)) if bits & bit else bit
         k = start
         while bits:
             c = np.int64(_trailing_zeros(bits))
             out[k] = lo + c
             sources[k] = indices[lo + c]
+            if warm:
+                prefetch_row(indptr, indices[lo + c], 16)
             k += 1
             bits &= bits - one
         return
-    m = 0
-    for j in range(deg - fanout, deg):
-        r = np.int64(uniform_at(key, t, j) * (j + 1))
-        if r > j:  # guard against rounding at the top of [0, 1)
-            r = j
-        taken = False
-        for q in range(m):
-            if chosen[q] == r:
-                taken = True
+    for q in range(fanout):
+        r = chosen[q]
+        for p in range(q):
+            if chosen[p] == r:
+                chosen[q] = first + q
                 break
-        chosen[m] = j if taken else r
-        m += 1
     # insertion sort: fanouts are small
-    for a in range(1, m):
+    for a in range(1, fanout):
         v = chosen[a]
         b = a - 1
         while b >= 0 and chosen[b] > v:
             chosen[b + 1] = chosen[b]
             b -= 1
         chosen[b + 1] = v
-    for k in range(m):
+    for k in range(fanout):
         out[start + k] = lo + chosen[k]
         sources[start + k] = indices[lo + chosen[k]]
+        if warm:
+            prefetch_row(indptr, indices[lo + chosen[k]], 16)
 
 
 @njit(nogil=True, cache=True)
-def pick_rows(r0, r1, indptr, indices, targets, fanout, key, ptr, edges, sources):
+def pick_rows(r0, r1, indptr, indices, targets, fanout, key, ptr, edges, sources, warm):
     """Write target ``r``'s picks into ``edges[ptr[r]:ptr[r + 1]]`` (positions in ``indices``) and
-    their source nodes into ``sources[ptr[r]:ptr[r + 1]]``, for ``r0 <= r < r1``."""
+    their source nodes into ``sources[ptr[r]:ptr[r + 1]]``, for ``r0 <= r < r1``.
+
+    ``warm``: prefetch the sources' row pointers, which the next hop reads
+    (:func:`pick_counts`); on a big graph each is a main-memory miss, and
+    asked for here they are in cache by then."""
     chosen = np.empty(max(fanout, 1), dtype=np.int64)
     k = np.uint64(key)
     last = targets.size - 1
     for r in range(r0, r1):
         # the rows of targets scattered over a big graph are main-memory misses: ask for the row
         # pointer two distances ahead and, once it has arrived, the row itself one distance ahead
-        prefetch_row(indptr, targets[min(r + 2 * PREFETCH_DISTANCE, last)], 16)
-        ahead = targets[min(r + PREFETCH_DISTANCE, last)]
-        prefetch_row(indices, indptr[ahead], _ROW_AHEAD_BYTES)
-        _pick_row(indptr, indices, targets[r], fanout, k, edges, sources, ptr[r], chosen)
+        prefetch_row(indptr, targets[min(r + 2 * _PICK_AHEAD, last)], 16)
+        ahead = targets[min(r + _PICK_AHEAD, last)]
+        prefetch_span(indices, indptr[ahead], indptr[ahead + 1], _ROW_AHEAD_BYTES)
+        _pick_row(indptr, indices, targets[r], fanout, k, edges, sources, ptr[r], chosen, warm)
 
 
 @njit(nogil=True, cache=True)
@@ -190,6 +213,27 @@ def relabel(targets, sources):
     n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
     n_src = relabel_into(table, sources, src_ids, n_src, local_indices)
     return src_ids[:n_src].copy(), local_indices
+
+
+@njit(nogil=True, cache=True)
+def sample_hop(indptr, indices, targets, fanout, key, ptr, table, warm):
+    """One hop on the calling thread, in one call: :func:`pick_rows` over every target, then
+    :func:`relabel_into` of the targets and the picked sources through ``table`` (empty, from
+    :func:`relabel_table` for ``targets.size + ptr[-1]`` ids).
+
+    Returns ``(src_ids, edge_ids, local_indices)``. One call, not the five
+    small ones of the threaded path: a sampler that runs several batches
+    at once on as many threads would otherwise hand the GIL back and forth
+    at every call, each hand-off a thread wake-up."""
+    n, total = targets.size, ptr[-1]
+    edges = np.empty(total, dtype=np.int64)
+    sources = np.empty(total, dtype=np.int64)
+    pick_rows(0, n, indptr, indices, targets, fanout, key, ptr, edges, sources, warm)
+    src_ids = np.empty(n + total, dtype=np.int64)
+    local_indices = np.empty(total, dtype=np.int64)
+    n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
+    n_src = relabel_into(table, sources, src_ids, n_src, local_indices)
+    return src_ids[:n_src].copy(), edges, local_indices
 
 
 @njit(nogil=True, cache=True)

@@ -10,11 +10,15 @@ from .. import _runtime
 from .. import _validate as V
 from .._random import SAMPLE, GraphIds
 from ..graph import CSRGraph
-from ..kernels.sampling import gather_rows, pick_counts, pick_rows, relabel_into, relabel_table
+from ..kernels.sampling import gather_rows, pick_counts, pick_rows, relabel_into, relabel_table, sample_hop
 
 # what picking one target's in-edges costs, in units of _runtime.SERIAL_WORK (~1 ns each, measured:
 # 100-170 ns a target at fanout 10 on a 2M-node graph), so that a batch's first hop stays serial
 PICK_WORK_PER_TARGET = 100
+
+# relabelling an edge costs about this fraction of picking it (AMD EPYC, 2M-node graph: 8-10 ns
+# against 15-22 ns; the pick's row reads miss the cache, the relabel's hash table does not)
+RELABEL_PER_PICK = 0.45
 
 __all__ = ["Block", "SampledBatch", "check_fanouts", "check_seeds", "keyed_permutation", "sample_blocks"]
 
@@ -155,7 +159,7 @@ def check_fanouts(fanouts, name="fanouts"):
     return tuple(out)
 
 
-def sample_blocks(graph, seeds, fanouts, keys):
+def sample_blocks(graph, seeds, fanouts, keys, parallel=True):
     """Sample one block per layer around ``seeds``, from the output layer back to the input.
 
     Parameters
@@ -170,6 +174,10 @@ def sample_blocks(graph, seeds, fanouts, keys):
     keys : RandomKeys
         The batch's key (e.g. ``RandomKeys(seed, epoch, batch)``); layer
         ``l`` samples with ``keys.child(SAMPLE, l)``.
+    parallel : bool, default True
+        Pick with the helper threads (``False``: all on the calling thread,
+        for callers that sample several batches at once). The blocks are
+        the same either way.
 
     Returns
     -------
@@ -178,11 +186,12 @@ def sample_blocks(graph, seeds, fanouts, keys):
     """
     fanouts = check_fanouts(fanouts)
     targets = np.ascontiguousarray(seeds, dtype=np.int64)
+    helpers = _runtime.helpers() if parallel else 0
     blocks = []
     for layer in range(len(fanouts) - 1, -1, -1):
         key = np.uint64(keys.child(SAMPLE, layer).key)
         ptr = pick_counts(graph.indptr, targets, fanouts[layer])
-        src_ids, edges, local_indices = _pick_and_relabel(graph, targets, fanouts[layer], key, ptr)
+        src_ids, edges, local_indices = _pick_and_relabel(graph, targets, fanouts[layer], key, ptr, layer > 0, helpers)
         block = CSRGraph._from_valid(ptr, local_indices, targets.size, src_ids.size)
         blocks.append(Block(block, src_ids, edges))
         targets = src_ids
@@ -190,24 +199,27 @@ def sample_blocks(graph, seeds, fanouts, keys):
     return SampledBatch(np.ascontiguousarray(seeds, dtype=np.int64), blocks)
 
 
-def _pick_and_relabel(graph, targets, fanout, key, ptr):
+def _pick_and_relabel(graph, targets, fanout, key, ptr, warm, helpers):
     """One hop: ``(src_ids, edge_ids, local_indices)`` of the block whose targets are ``targets``.
 
-    Picking is per target, relabelling sequential (first-use order). With
-    helper threads, each picks its part of the targets while the calling
-    thread picks the first part and relabels the parts in order as they
-    arrive, so relabelling overlaps picking instead of following it.
+    Picking is per target and parallel, relabelling sequential (first-use
+    order), and relabelling overlaps picking: the calling thread picks a
+    first part, small enough that it has relabelled it by the time the
+    helper threads have picked the rest (:func:`_pick_cuts`), and then
+    relabels theirs. ``warm`` is passed on to
+    :func:`~gatfast.kernels.sampling.pick_rows`; ``helpers`` is how many
+    other threads may pick.
     """
     n, total = targets.size, int(ptr[-1])
+    table = relabel_table(n + total)
+    cuts = _pick_cuts(ptr, helpers, n * PICK_WORK_PER_TARGET // max(_runtime.SERIAL_WORK, 1))
+    if len(cuts) == 2:
+        return sample_hop(graph.indptr, graph.indices, targets, fanout, key, ptr, table, warm)
     edges = np.empty(total, dtype=np.int64)
     sources = np.empty(total, dtype=np.int64)
-    table = relabel_table(n + total)
     src_ids = np.empty(n + total, dtype=np.int64)
     local_indices = np.empty(total, dtype=np.int64)
-    args = (graph.indptr, graph.indices, targets, fanout, key, ptr, edges, sources)
-    parts = min(_runtime.helpers() + 1, n * PICK_WORK_PER_TARGET // max(_runtime.SERIAL_WORK, 1))
-    # parts of about equal edge counts; the calling thread's first (it also relabels)
-    cuts = [0, *np.searchsorted(ptr, [total * k // max(parts, 1) for k in range(1, parts)]).tolist(), n]
+    args = (graph.indptr, graph.indices, targets, fanout, key, ptr, edges, sources, warm)
     pending = [_runtime.submit(pick_rows, a, b, *args) for a, b in zip(cuts[1:-1], cuts[2:])]
     try:
         pick_rows(cuts[0], cuts[1], *args)
@@ -221,6 +233,26 @@ def _pick_and_relabel(graph, targets, fanout, key, ptr):
         for future in pending:  # never return while a thread still writes into these arrays
             future.result()
     return src_ids[:n_src].copy(), edges, local_indices
+
+
+def _pick_cuts(ptr, helpers, pieces):
+    """Where the parts of a hop's picking start and end, as target positions: the calling
+    thread's part first, then one part per helper thread, by edge counts.
+
+    The caller's share ``f`` of the edges is picked and relabelled while the
+    helpers pick theirs: ``f (1 + RELABEL_PER_PICK) = (1 - f) / helpers``.
+    One part per helper, not a stream of small ones: handing a task to a
+    thread costs 15-20 us on a virtual machine (a wake-up), as much as
+    picking 1,000 edges. Work below ``pieces`` serial units stays on the
+    calling thread.
+    """
+    n, total = ptr.size - 1, int(ptr[-1])
+    helpers = min(helpers, pieces - 1)
+    if helpers <= 0 or total == 0:
+        return [0, n]
+    own = 1.0 / (1.0 + helpers * (1.0 + RELABEL_PER_PICK))
+    bounds = [int(total * (own + (1.0 - own) * h / helpers)) for h in range(helpers)]
+    return [0, *np.searchsorted(ptr, bounds).tolist(), n]
 
 
 def check_seeds(seeds, num_nodes, name="seeds"):
