@@ -6,7 +6,7 @@ self loop per node added (gatfast's default attention graph):
 
 1. Sampling throughput, fanouts ``[10, 10]`` (the last layer's first, as
    DGL's ``NeighborSampler``), seed batches of 256 shuffled training nodes,
-   in sampled edges per second, three ways:
+   in sampled edges per second, four ways:
 
    - ``sample_neighbors``: only the time inside ``dgl.sampling.sample_neighbors``
      (in-edges, without replacement), the 2 hops of every batch;
@@ -14,7 +14,10 @@ self loop per node added (gatfast's default attention graph):
      ``NeighborSampler(fused=False)`` builds its blocks;
    - ``NeighborSampler``: ``NeighborSampler([10, 10]).sample_blocks``
      with its defaults, which on the CPU with more than one thread is DGL's
-     fused sampler (``sample_neighbors_fused``), what a DataLoader runs.
+     fused sampler (``sample_neighbors_fused``), what a DataLoader runs;
+   - ``sample_neighbors`` alone, ``--threads`` batches at a time, each on a
+     thread of its own with one OpenMP thread (the way gatfast's
+     ``NeighborSampler.epoch`` samples ahead).
 
 2. One epoch of sampled training: a 2-layer GATv2 (``dgl.nn.GATv2Conv``,
    8 heads x 8 concatenated, ELU, then 1 head x classes, each layer with
@@ -148,16 +151,20 @@ def _batches(train, batch_size, seed, limit=None):
 
 
 def measure_sampling(g, train, args):
-    """Sampled edges per second of the three ways of sampling [fanouts] around seed batches."""
+    """Sampled edges per second of the four ways of sampling [fanouts] around seed batches."""
     import dgl
     from dgl.dataloading import NeighborSampler
 
     fanouts = args.fanouts
     batches = _batches(train, args.batch_size, args.seed, args.max_sample_batches)
 
+    hop_nodes = {}  # each batch's targets per hop, for the concurrent measurement below
+
     def unfused(seeds, clock):
         nodes, edges, inside = seeds, 0, 0.0
+        hop_nodes[id(seeds)] = hops = []
         for fanout in reversed(fanouts):
+            hops.append((nodes, fanout))
             t0 = clock()
             frontier = dgl.sampling.sample_neighbors(g, nodes, fanout, edge_dir="in", replace=False)
             inside += clock() - t0
@@ -187,6 +194,7 @@ def measure_sampling(g, train, args):
     for seeds in batches:
         edges_f += fused(seeds)
     fused_s = time.perf_counter() - t0
+    concurrent_s, concurrent_edges = _concurrent_sample_neighbors(g, [hop_nodes[id(s)] for s in batches], args.threads)
     return {
         "batches": len(batches),
         "batch_size": args.batch_size,
@@ -201,7 +209,39 @@ def measure_sampling(g, train, args):
         "neighbor_sampler_edges": int(edges_f),
         "neighbor_sampler_edges_per_s": edges_f / fused_s,
         "neighbor_sampler_fused": bool(sampler.fused and dgl.utils.get_num_threads() > 1),
+        "concurrent_sample_neighbors_s": concurrent_s,
+        "concurrent_sample_neighbors_edges": int(concurrent_edges),
+        "concurrent_sample_neighbors_edges_per_s": concurrent_edges / concurrent_s,
     }
+
+
+def _concurrent_sample_neighbors(g, batches, threads):
+    """``sample_neighbors`` alone, ``threads`` batches at a time, each on one thread with one OpenMP thread.
+
+    The counterpart of gatfast's ``NeighborSampler.epoch``, which samples
+    whole batches on threads of their own; DGL releases the GIL in its
+    kernels, so its calls run side by side the same way. Each batch's hop
+    targets come from the sequential pass (``batches``: per batch, its
+    ``(targets, fanout)`` per hop), so only the sampling is timed.
+    Returns ``(seconds, sampled edges)``.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dgl
+
+    def run(part):
+        edges = 0
+        for hops in part:
+            for nodes, fanout in hops:
+                edges += dgl.sampling.sample_neighbors(g, nodes, fanout, edge_dir="in", replace=False).num_edges()
+        return edges
+
+    # omp_set_num_threads holds for the thread that calls it
+    with ThreadPoolExecutor(threads, initializer=dgl.utils.set_num_threads, initargs=(1,)) as pool:
+        list(pool.map(run, [batches[:WARMUP_BATCHES]] * threads))
+        t0 = time.perf_counter()
+        edges = sum(pool.map(run, [batches[k::threads] for k in range(threads)]))
+        return time.perf_counter() - t0, edges
 
 
 def train_epoch(g, x, y, train, num_classes, args):
@@ -296,6 +336,9 @@ def markdown(res):
         f"| `NeighborSampler.sample_blocks` ({'fused' if s['neighbor_sampler_fused'] else 'unfused'}) "
         f"| {s['neighbor_sampler_s']:.3f} | {s['neighbor_sampler_edges']:,} "
         f"| {s['neighbor_sampler_edges_per_s'] / 1e6:.2f} |",
+        f"| `sample_neighbors` alone, {m['threads']} batches at a time (one a thread, 1 OpenMP thread each) "
+        f"| {s['concurrent_sample_neighbors_s']:.3f} | {s['concurrent_sample_neighbors_edges']:,} "
+        f"| {s['concurrent_sample_neighbors_edges_per_s'] / 1e6:.2f} |",
     ]
     if t:
         lines += [

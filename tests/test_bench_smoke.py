@@ -508,11 +508,14 @@ def test_dgl_sampling_report_and_options():
                      "sample_neighbors_s": 0.01, "sample_neighbors_edges_per_s": 6e6,
                      "sample_neighbors_to_block_s": 0.02, "sample_neighbors_to_block_edges_per_s": 3e6,
                      "neighbor_sampler_s": 0.015, "neighbor_sampler_edges": 60000,
-                     "neighbor_sampler_edges_per_s": 4e6, "neighbor_sampler_fused": True},
+                     "neighbor_sampler_edges_per_s": 4e6, "neighbor_sampler_fused": True,
+                     "concurrent_sample_neighbors_s": 0.005, "concurrent_sample_neighbors_edges": 60000,
+                     "concurrent_sample_neighbors_edges_per_s": 1.2e7},
         "training": None,
     }
     text = dgl_sampling.markdown(res)
     assert "| `dgl.sampling.sample_neighbors` alone | 0.010 | 60,000 | 6.00 |" in text
+    assert "2 batches at a time (one a thread, 1 OpenMP thread each) | 0.005 | 60,000 | 12.00 |" in text
     assert "(fused)" in text and "training epoch" not in text
 
 
@@ -543,7 +546,9 @@ def test_sampling_bench_tiny(tmp_path, capsys):
     res = json.loads((tmp_path / "sampling.json").read_text())
     s, t = res["sampling"], res["training"]
     assert s["sampled_edges"] > 0 and s["edges_per_s"] > 0 and s["batches"] == -(-s["seeds"] // 256)
+    assert s["epoch_edges_per_s"] > 0 and s["epoch_seconds"] > 0
     assert t["batches"] == s["batches"] and np.isfinite(t["mean_loss"]) and t["peak_rss_mb"] >= t["rss_before_mb"]
-    assert "NeighborSampler.batch" in (tmp_path / "sampling.md").read_text()
+    report = (tmp_path / "sampling.md").read_text()
+    assert "NeighborSampler.batch" in report and "NeighborSampler.epoch" in report
     with pytest.raises(SystemExit):
         sampling.main(["--nodes", "3000", "--out", str(outdirs.RESULTS / "x")])

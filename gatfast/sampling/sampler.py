@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import _runtime
 from .. import _validate as V
 from .._random import SHUFFLE, RandomKeys
 from ..graph import CSRGraph
@@ -31,8 +33,10 @@ class NeighborSampler:
     shuffle : bool, default True
         Shuffle the seeds every epoch (keyed by the seed and the epoch).
     prefetch : bool, default True
-        Sample the next batch on a background thread while the caller works
-        on the current one (the kernels release the GIL). The batches are
+        When iterating over :meth:`epoch`, sample the next batches on
+        background threads while the caller works on the current one (the
+        kernels release the GIL): as many batches at once as the iterating
+        thread has Numba threads, each batch on one thread. The batches are
         the same either way.
 
     Notes
@@ -126,14 +130,26 @@ class NeighborSampler:
         """
         epoch = V.check_int(epoch, "epoch", 0)
         order = self.epoch_order(epoch)
-        if not self.prefetch or len(self) == 1:
-            for b in range(len(self)):
+        batches = len(self)
+        if not self.prefetch or batches == 1:
+            for b in range(batches):
                 yield self.batch(epoch, b, order)
             return
-        with ThreadPoolExecutor(1, thread_name_prefix="gatfast-sampler") as pool:
-            pending = pool.submit(self.batch, epoch, 0, order)
-            for b in range(len(self)):
-                current = pending.result()
-                if b + 1 < len(self):
-                    pending = pool.submit(self.batch, epoch, b + 1, order)
+        # whole batches on threads of their own: picking one batch on several threads hands work
+        # over between them at every hop, and on a virtual machine each hand-off (a wake-up) costs
+        # as much as picking a thousand edges
+        ahead = min(batches, _runtime.helpers() + 1)
+        with ThreadPoolExecutor(ahead, thread_name_prefix="gatfast-sampler") as pool:
+            pending = deque(pool.submit(self._sample, epoch, b, order) for b in range(ahead))
+            for b in range(batches):
+                current = pending.popleft().result()
+                if b + ahead < batches:
+                    pending.append(pool.submit(self._sample, epoch, b + ahead, order))
                 yield current
+
+    def _sample(self, epoch, index, order):
+        """Batch ``index`` of an epoch, sampled on the calling thread alone."""
+        seeds = order[index * self.batch_size : (index + 1) * self.batch_size]
+        return sample_blocks(
+            self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index), parallel=False
+        )
