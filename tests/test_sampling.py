@@ -235,15 +235,17 @@ def test_relabel_in_parts_with_a_table_of_either_width_gives_first_use_order():
 def test_a_hop_split_among_any_number_of_helpers_equals_the_one_call_hop(fanout):
     # the threaded hop (the caller's short first part, then one part per helper, relabelled in
     # order) against the serial one-call kernel; more helpers than the pool has threads only queue
-    from gatfast.kernels.sampling import pick_counts
+    from gatfast.kernels.sampling import pick_counts, sample_hop
     from gatfast.sampling.blocks import _pick_and_relabel, _pick_cuts
 
     g = skewed_graph(6, n=3000)
     targets = np.random.default_rng(1).permutation(3000)[:900].astype(np.int64)
     ptr = pick_counts(g.indptr, targets, fanout)
     key = np.uint64(99)
-    want = _pick_and_relabel(g, targets, fanout, key, ptr, False, 0)
-    for helpers in (1, 2, 3):
+    one_call = sample_hop(g.indptr, g.indices, targets, fanout, key, False)
+    np.testing.assert_array_equal(one_call[0], ptr)
+    want = one_call[1:]
+    for helpers in (0, 1, 2, 3):
         cuts = _pick_cuts(ptr, helpers, 10**9)
         assert len(cuts) == helpers + 2 and cuts[0] == 0 and cuts[-1] == targets.size
         assert all(a <= b for a, b in zip(cuts, cuts[1:]))

@@ -157,13 +157,19 @@ def pick_counts(indptr, targets, fanout):
     return ptr
 
 
-def relabel_table(size):
-    """An empty hash table for :func:`relabel_into` of up to ``size`` ids: a power of two at least
-    twice that, of int32 slots where they can hold every local id (half the cache)."""
+@njit(cache=True)
+def _table_slots(size):
+    """Slots of a relabelling table for up to ``size`` ids: a power of two at least twice that."""
     slots = 2
     while slots < 2 * size:
         slots *= 2
-    return np.full(slots, -1, dtype=np.int32 if size < 2**31 else np.int64)
+    return slots
+
+
+def relabel_table(size):
+    """An empty hash table for :func:`relabel_into` of up to ``size`` ids: a power of two at least
+    twice that, of int32 slots where they can hold every local id (half the cache)."""
+    return np.full(_table_slots(size), -1, dtype=np.int32 if size < 2**31 else np.int64)
 
 
 @njit(nogil=True, cache=True)
@@ -216,24 +222,32 @@ def relabel(targets, sources):
 
 
 @njit(nogil=True, cache=True)
-def sample_hop(indptr, indices, targets, fanout, key, ptr, table, warm):
-    """One hop on the calling thread, in one call: :func:`pick_rows` over every target, then
-    :func:`relabel_into` of the targets and the picked sources through ``table`` (empty, from
-    :func:`relabel_table` for ``targets.size + ptr[-1]`` ids).
+def sample_hop(indptr, indices, targets, fanout, key, warm):
+    """One hop on the calling thread, in one call: :func:`pick_counts`, :func:`pick_rows` over
+    every target, then :func:`relabel_into` of the targets and the picked sources.
 
-    Returns ``(src_ids, edge_ids, local_indices)``. One call, not the five
-    small ones of the threaded path: a sampler that runs several batches
-    at once on as many threads would otherwise hand the GIL back and forth
-    at every call, each hand-off a thread wake-up."""
-    n, total = targets.size, ptr[-1]
+    Returns ``(ptr, src_ids, edge_ids, local_indices)``. One call, not the
+    several of the threaded path: a sampler that runs several batches at
+    once on as many threads would otherwise hand the GIL back and forth at
+    every call, each hand-off a thread wake-up."""
+    n = targets.size
+    ptr = pick_counts(indptr, targets, fanout)
+    total = ptr[-1]
     edges = np.empty(total, dtype=np.int64)
     sources = np.empty(total, dtype=np.int64)
     pick_rows(0, n, indptr, indices, targets, fanout, key, ptr, edges, sources, warm)
     src_ids = np.empty(n + total, dtype=np.int64)
     local_indices = np.empty(total, dtype=np.int64)
-    n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
-    n_src = relabel_into(table, sources, src_ids, n_src, local_indices)
-    return src_ids[:n_src].copy(), edges, local_indices
+    slots = _table_slots(n + total)
+    if n + total < 2**31:  # as relabel_table
+        table32 = np.full(slots, -1, dtype=np.int32)
+        n_src = relabel_into(table32, targets, src_ids, 0, local_indices[:0])
+        n_src = relabel_into(table32, sources, src_ids, n_src, local_indices)
+    else:
+        table64 = np.full(slots, -1, dtype=np.int64)
+        n_src = relabel_into(table64, targets, src_ids, 0, local_indices[:0])
+        n_src = relabel_into(table64, sources, src_ids, n_src, local_indices)
+    return ptr, src_ids[:n_src].copy(), edges, local_indices
 
 
 @njit(nogil=True, cache=True)

@@ -190,8 +190,14 @@ def sample_blocks(graph, seeds, fanouts, keys, parallel=True):
     blocks = []
     for layer in range(len(fanouts) - 1, -1, -1):
         key = np.uint64(keys.child(SAMPLE, layer).key)
-        ptr = pick_counts(graph.indptr, targets, fanouts[layer])
-        src_ids, edges, local_indices = _pick_and_relabel(graph, targets, fanouts[layer], key, ptr, layer > 0, helpers)
+        warm = layer > 0
+        if helpers and targets.size * PICK_WORK_PER_TARGET >= 2 * _runtime.SERIAL_WORK:
+            ptr = pick_counts(graph.indptr, targets, fanouts[layer])
+            src_ids, edges, local_indices = _pick_and_relabel(graph, targets, fanouts[layer], key, ptr, warm, helpers)
+        else:
+            ptr, src_ids, edges, local_indices = sample_hop(
+                graph.indptr, graph.indices, targets, fanouts[layer], key, warm
+            )
         block = CSRGraph._from_valid(ptr, local_indices, targets.size, src_ids.size)
         blocks.append(Block(block, src_ids, edges))
         targets = src_ids
@@ -213,8 +219,6 @@ def _pick_and_relabel(graph, targets, fanout, key, ptr, warm, helpers):
     n, total = targets.size, int(ptr[-1])
     table = relabel_table(n + total)
     cuts = _pick_cuts(ptr, helpers, n * PICK_WORK_PER_TARGET // max(_runtime.SERIAL_WORK, 1))
-    if len(cuts) == 2:
-        return sample_hop(graph.indptr, graph.indices, targets, fanout, key, ptr, table, warm)
     edges = np.empty(total, dtype=np.int64)
     sources = np.empty(total, dtype=np.int64)
     src_ids = np.empty(n + total, dtype=np.int64)
