@@ -255,3 +255,22 @@ def test_a_hop_split_among_any_number_of_helpers_equals_the_one_call_hop(fanout)
                 np.testing.assert_array_equal(a, b)
     assert _pick_cuts(ptr, 3, 1) == [0, targets.size]  # too little work: no helper
     assert _pick_cuts(ptr[:1], 3, 10**9) == [0, 0]  # no targets
+
+
+def test_keyed_permutation_orders_by_draw_then_id():
+    # the fast sort must give what sorting by (draw, id) gives, equal draws included
+    from gatfast.sampling.blocks import keyed_permutation
+
+    class FixedDraws:
+        def __init__(self, draws):
+            self.draws = np.asarray(draws, dtype=np.float64)
+
+        def uniform(self, ids, width):
+            return self.draws[:, None]
+
+    ids = np.array([9, 4, 7, 1, 3], dtype=np.int64)
+    for draws in ([0.5, 0.1, 0.9, 0.3, 0.7], [0.5, 0.1, 0.5, 0.1, 0.5], [0.2] * 5):
+        want = ids[np.lexsort((ids, np.asarray(draws)))]
+        np.testing.assert_array_equal(keyed_permutation(ids, FixedDraws(draws)), want)
+    assert keyed_permutation(ids[:1], FixedDraws([0.3])).tolist() == [9]
+    assert keyed_permutation(ids[:0], FixedDraws([])).size == 0
