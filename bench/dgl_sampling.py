@@ -154,6 +154,7 @@ def measure_sampling(g, train, args):
     """Sampled edges per second of the four ways of sampling [fanouts] around seed batches."""
     import dgl
     from dgl.dataloading import NeighborSampler
+    from dgl_concurrent import concurrent_sample_neighbors
 
     fanouts = args.fanouts
     batches = _batches(train, args.batch_size, args.seed, args.max_sample_batches)
@@ -194,7 +195,9 @@ def measure_sampling(g, train, args):
     for seeds in batches:
         edges_f += fused(seeds)
     fused_s = time.perf_counter() - t0
-    concurrent_s, concurrent_edges = _concurrent_sample_neighbors(g, [hop_nodes[id(s)] for s in batches], args.threads)
+    concurrent_s, concurrent_edges = concurrent_sample_neighbors(
+        g, [hop_nodes[id(s)] for s in batches], args.threads, WARMUP_BATCHES
+    )
     return {
         "batches": len(batches),
         "batch_size": args.batch_size,
@@ -213,35 +216,6 @@ def measure_sampling(g, train, args):
         "concurrent_sample_neighbors_edges": int(concurrent_edges),
         "concurrent_sample_neighbors_edges_per_s": concurrent_edges / concurrent_s,
     }
-
-
-def _concurrent_sample_neighbors(g, batches, threads):
-    """``sample_neighbors`` alone, ``threads`` batches at a time, each on one thread with one OpenMP thread.
-
-    The counterpart of gatfast's ``NeighborSampler.epoch``, which samples
-    whole batches on threads of their own; DGL releases the GIL in its
-    kernels, so its calls run side by side the same way. Each batch's hop
-    targets come from the sequential pass (``batches``: per batch, its
-    ``(targets, fanout)`` per hop), so only the sampling is timed.
-    Returns ``(seconds, sampled edges)``.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    import dgl
-
-    def run(part):
-        edges = 0
-        for hops in part:
-            for nodes, fanout in hops:
-                edges += dgl.sampling.sample_neighbors(g, nodes, fanout, edge_dir="in", replace=False).num_edges()
-        return edges
-
-    # omp_set_num_threads holds for the thread that calls it
-    with ThreadPoolExecutor(threads, initializer=dgl.utils.set_num_threads, initargs=(1,)) as pool:
-        list(pool.map(run, [batches[:WARMUP_BATCHES]] * threads))
-        t0 = time.perf_counter()
-        edges = sum(pool.map(run, [batches[k::threads] for k in range(threads)]))
-        return time.perf_counter() - t0, edges
 
 
 def train_epoch(g, x, y, train, num_classes, args):

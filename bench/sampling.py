@@ -12,7 +12,7 @@ training nodes, 2 threads.
    graph that holds them), two ways: ``batch()`` one batch at a time (each
    hop's picking shared among the threads), and the ``epoch()`` iterator
    training uses, which samples as many batches at once as there are
-   threads, each on one thread.
+   threads (at most 4), each on one thread.
 2. One epoch of sampled training, exactly the steps ``gatfast train
    --fanout 10,10 --batch-size 256`` runs (the GAT recipe: 8 heads x 8,
    ELU, dropout 0.6 on features and attention, Adam lr 0.005, weight decay

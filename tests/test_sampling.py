@@ -231,8 +231,9 @@ def test_relabel_in_parts_with_a_table_of_either_width_gives_first_use_order():
         np.testing.assert_array_equal(loc, local)
 
 
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 Numba threads")
 @pytest.mark.parametrize("fanout", [3, 10, -1])
-def test_a_hop_split_among_any_number_of_helpers_equals_the_one_call_hop(fanout):
+def test_a_hop_split_among_any_number_of_helpers_equals_the_one_call_hop(fanout, monkeypatch):
     # the threaded hop (the caller's short first part, then one part per helper, relabelled in
     # order) against the serial one-call kernel; more helpers than the pool has threads only queue
     from gatfast.kernels.sampling import pick_counts, sample_hop
@@ -245,14 +246,14 @@ def test_a_hop_split_among_any_number_of_helpers_equals_the_one_call_hop(fanout)
     one_call = sample_hop(g.indptr, g.indices, targets, fanout, key, False)
     np.testing.assert_array_equal(one_call[0], ptr)
     want = one_call[1:]
+    monkeypatch.setattr(_runtime, "SERIAL_WORK", 1)  # every part worth a thread: as many as asked for
     for helpers in (0, 1, 2, 3):
-        cuts = _pick_cuts(ptr, helpers, 10**9)
+        cuts = _pick_cuts(ptr, helpers, targets.size * 100)
         assert len(cuts) == helpers + 2 and cuts[0] == 0 and cuts[-1] == targets.size
-        assert all(a <= b for a, b in zip(cuts, cuts[1:]))
-        for warm in (False, True):  # warm only prefetches
-            got = _pick_and_relabel(g, targets, fanout, key, ptr, warm, helpers)
-            for a, b in zip(want, got):
-                np.testing.assert_array_equal(a, b)
+        assert all(a < b for a, b in zip(cuts, cuts[1:]))  # no part empty here
+        got = _pick_and_relabel(g, targets, fanout, key, ptr, False, helpers)
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(a, b)
     assert _pick_cuts(ptr, 3, 1) == [0, targets.size]  # too little work: no helper
     assert _pick_cuts(ptr[:1], 3, 10**9) == [0, 0]  # no targets
 

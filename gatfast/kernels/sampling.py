@@ -4,9 +4,11 @@ Without replacement, keyed: target ``t``'s picks depend only on the key and
 ``t``'s global id (Floyd's algorithm driven by ``uniform_at(key, t, j)``),
 so a node's sampled neighbourhood is the same in any batch or shard, for any
 thread count. Picks are returned in CSR order. ``fanout < 0`` keeps every
-in-edge. The kernels release the GIL, so a background thread can sample the
-next batch while the current one trains, and ``pick_rows`` runs on chunks
-of targets in parallel (``gatfast._runtime.run_rows``).
+in-edge. The kernels release the GIL, so background threads can sample the
+next batches while the current one trains (:func:`sample_hop`, a whole hop
+in one call), and ``pick_rows`` runs on parts of a hop's targets on
+several threads (``gatfast.sampling.blocks``, through
+``gatfast._runtime.submit``).
 """
 
 import numpy as np

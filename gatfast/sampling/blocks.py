@@ -247,8 +247,9 @@ def _pick_cuts(ptr, helpers, pieces):
     helpers pick theirs: ``f (1 + RELABEL_PER_PICK) = (1 - f) / helpers``.
     One part per helper, not a stream of small ones: handing a task to a
     thread costs 15-20 us on a virtual machine (a wake-up), as much as
-    picking 1,000 edges. Work below ``pieces`` serial units stays on the
-    calling thread.
+    picking 1,000 edges. ``pieces`` is the hop's work in serial units
+    (:data:`gatfast._runtime.SERIAL_WORK`): at most one part per unit, so
+    work below two units stays on the calling thread.
     """
     n, total = ptr.size - 1, int(ptr[-1])
     helpers = min(helpers, pieces - 1)

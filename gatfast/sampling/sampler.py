@@ -13,6 +13,10 @@ from .blocks import check_fanouts, check_seeds, keyed_permutation, sample_blocks
 
 __all__ = ["NeighborSampler"]
 
+# batches sampled at once by the epoch iterator, at most: they run beside the caller's own threads,
+# and each holds its blocks until the caller takes it
+MAX_AHEAD = 4
+
 
 class NeighborSampler:
     """Iterate over shuffled mini-batches of seed nodes, each with its sampled blocks.
@@ -36,7 +40,7 @@ class NeighborSampler:
         When iterating over :meth:`epoch`, sample the next batches on
         background threads while the caller works on the current one (the
         kernels release the GIL): as many batches at once as the iterating
-        thread has Numba threads, each batch on one thread. The batches are
+        thread has Numba threads, at most 4, each batch on one thread. The batches are
         the same either way.
 
     Notes
@@ -138,7 +142,7 @@ class NeighborSampler:
         # whole batches on threads of their own: picking one batch on several threads hands work
         # over between them at every hop, and on a virtual machine each hand-off (a wake-up) costs
         # as much as picking a thousand edges
-        ahead = min(batches, _runtime.helpers() + 1)
+        ahead = min(batches, _runtime.helpers() + 1, MAX_AHEAD)
         with ThreadPoolExecutor(ahead, thread_name_prefix="gatfast-sampler") as pool:
             pending = deque(pool.submit(self._sample, epoch, b, order) for b in range(ahead))
             for b in range(batches):

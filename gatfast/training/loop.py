@@ -364,7 +364,7 @@ def _run_epoch(model, dataset, optimizer, config, splits, epoch, executor, sampl
     """Every step of one epoch; returns the mean training loss, the first step's gradients and batch."""
     plans = epoch_plans(dataset, config, splits, epoch)
     parts = config.shards if config.shards is not None else getattr(executor, "default_shards", 1)
-    # sampled training: the sampler yields the same batches as the plans (same keys), one ahead
+    # sampled training: the sampler yields the same batches as the plans (same keys), sampled ahead
     batches = sampler.epoch(epoch) if sampler is not None and parts == 1 and executor is None else None
     loss_sum, count, first = 0.0, 0, None
     with progress.batches(len(plans), epoch) as tick:
