@@ -54,6 +54,16 @@ def prefetch_row(arr, row, row_bytes):
 
 
 @njit(inline="always", cache=True)
+def prefetch_whole_row(arr, row, row_bytes):
+    """Prefetch the first ``row_bytes`` bytes of ``arr[row]`` and the line of its last byte.
+
+    An array from malloc starts 16 bytes past a line boundary, so a row of
+    256 bytes spans 5 lines, one more than :func:`prefetch_row` asks for."""
+    prefetch_row(arr, row, row_bytes)
+    _prefetch_byte(arr, row, row_bytes - 1)
+
+
+@njit(inline="always", cache=True)
 def prefetch_span(arr, lo, hi, max_bytes):
     """Prefetch the cache lines of the 1-D ``arr[lo:hi]`` (a CSR row), the first ``max_bytes`` of it.
 

@@ -17,7 +17,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .prefetch import PREFETCH_DISTANCE, _prefetch_byte, prefetch_row, prefetch_span
+from .prefetch import PREFETCH_DISTANCE, prefetch_row, prefetch_span, prefetch_whole_row
 from .random import uniform_at
 
 # bytes of a row of ``indices`` asked for ahead: rows of up to 32 sources whole (longer rows are
@@ -267,11 +267,8 @@ def gather_rows(r0, r1, x, ids, out):
     row_bytes = min(x.shape[1] * x.itemsize, _GATHER_AHEAD_BYTES)
     last = ids.size - 1
     for r in range(r0, r1):
-        ahead = ids[min(r + PREFETCH_DISTANCE, last)]
-        prefetch_row(x, ahead, row_bytes)
-        # and its last line: a large array from malloc starts 16 bytes past a line boundary, so
-        # a row of 256 bytes spans 5 lines (10 % faster, AMD EPYC)
-        _prefetch_byte(x, ahead, row_bytes - 1)
+        # its last line too (10 % faster than without, AMD EPYC)
+        prefetch_whole_row(x, ids[min(r + PREFETCH_DISTANCE, last)], row_bytes)
         src = ids[r]
         for c in range(x.shape[1]):
             out[r, c] = x[src, c]
