@@ -211,6 +211,13 @@ def relabel_into(table, ids, src_ids, n_src, local_ids):
     return n_src
 
 
+@njit(nogil=True, cache=True)
+def _relabel_all(table, targets, sources, src_ids, local_indices):
+    """:func:`relabel_into` of the targets (first, as themselves) and then the sources; the new ``n_src``."""
+    n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
+    return relabel_into(table, sources, src_ids, n_src, local_indices)
+
+
 def relabel(targets, sources):
     """Local ids for a block: the targets first (in order), then new sources in order of first use.
 
@@ -223,8 +230,7 @@ def relabel(targets, sources):
     table = relabel_table(targets.size + sources.size)
     src_ids = np.empty(targets.size + sources.size, dtype=np.int64)
     local_indices = np.empty(sources.size, dtype=np.int64)
-    n_src = relabel_into(table, targets, src_ids, 0, local_indices[:0])
-    n_src = relabel_into(table, sources, src_ids, n_src, local_indices)
+    n_src = _relabel_all(table, targets, sources, src_ids, local_indices)
     return src_ids[:n_src].copy(), local_indices
 
 
@@ -246,14 +252,10 @@ def sample_hop(indptr, indices, targets, fanout, key, warm):
     src_ids = np.empty(n + total, dtype=np.int64)
     local_indices = np.empty(total, dtype=np.int64)
     slots = _table_slots(n + total)
-    if n + total < 2**31:  # as relabel_table
-        table32 = np.full(slots, -1, dtype=np.int32)
-        n_src = relabel_into(table32, targets, src_ids, 0, local_indices[:0])
-        n_src = relabel_into(table32, sources, src_ids, n_src, local_indices)
+    if n + total < 2**31:  # the width relabel_table picks
+        n_src = _relabel_all(np.full(slots, -1, dtype=np.int32), targets, sources, src_ids, local_indices)
     else:
-        table64 = np.full(slots, -1, dtype=np.int64)
-        n_src = relabel_into(table64, targets, src_ids, 0, local_indices[:0])
-        n_src = relabel_into(table64, sources, src_ids, n_src, local_indices)
+        n_src = _relabel_all(np.full(slots, -1, dtype=np.int64), targets, sources, src_ids, local_indices)
     return ptr, src_ids[:n_src].copy(), edges, local_indices
 
 

@@ -191,7 +191,7 @@ def sample_blocks(graph, seeds, fanouts, keys, parallel=True):
     for layer in range(len(fanouts) - 1, -1, -1):
         key = np.uint64(keys.child(SAMPLE, layer).key)
         warm = layer > 0
-        if helpers and targets.size * PICK_WORK_PER_TARGET >= 2 * _runtime.SERIAL_WORK:
+        if helpers and _hop_pieces(targets.size) >= 2:
             ptr = pick_counts(graph.indptr, targets, fanouts[layer])
             src_ids, edges, local_indices = _pick_and_relabel(graph, targets, fanouts[layer], key, ptr, warm, helpers)
         else:
@@ -218,7 +218,7 @@ def _pick_and_relabel(graph, targets, fanout, key, ptr, warm, helpers):
     """
     n, total = targets.size, int(ptr[-1])
     table = relabel_table(n + total)
-    cuts = _pick_cuts(ptr, helpers, n * PICK_WORK_PER_TARGET // max(_runtime.SERIAL_WORK, 1))
+    cuts = _pick_cuts(ptr, helpers, _hop_pieces(n))
     edges = np.empty(total, dtype=np.int64)
     sources = np.empty(total, dtype=np.int64)
     src_ids = np.empty(n + total, dtype=np.int64)
@@ -237,6 +237,12 @@ def _pick_and_relabel(graph, targets, fanout, key, ptr, warm, helpers):
         for future in pending:  # never return while a thread still writes into these arrays
             future.result()
     return src_ids[:n_src].copy(), edges, local_indices
+
+
+def _hop_pieces(targets):
+    """A hop's picking work in units of :data:`gatfast._runtime.SERIAL_WORK`: the most parts it
+    is worth splitting into (below two it stays on the calling thread)."""
+    return targets * PICK_WORK_PER_TARGET // max(_runtime.SERIAL_WORK, 1)
 
 
 def _pick_cuts(ptr, helpers, pieces):

@@ -114,10 +114,7 @@ class NeighborSampler:
         """
         if order is None:
             order = self.epoch_order(epoch)
-        seeds = order[index * self.batch_size : (index + 1) * self.batch_size]
-        if seeds.size == 0:
-            raise IndexError(f"epoch {epoch} has {len(self)} batches, asked for batch {index}")
-        return sample_blocks(self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index))
+        return self._sample(epoch, index, order, True)
 
     def epoch(self, epoch):
         """Iterate over the batches of an epoch, in order.
@@ -144,16 +141,16 @@ class NeighborSampler:
         # as much as picking a thousand edges
         ahead = min(batches, _runtime.helpers() + 1, MAX_AHEAD)
         with ThreadPoolExecutor(ahead, thread_name_prefix="gatfast-sampler") as pool:
-            pending = deque(pool.submit(self._sample, epoch, b, order) for b in range(ahead))
+            pending = deque(pool.submit(self._sample, epoch, b, order, False) for b in range(ahead))
             for b in range(batches):
                 current = pending.popleft().result()
                 if b + ahead < batches:
-                    pending.append(pool.submit(self._sample, epoch, b + ahead, order))
+                    pending.append(pool.submit(self._sample, epoch, b + ahead, order, False))
                 yield current
 
-    def _sample(self, epoch, index, order):
-        """Batch ``index`` of an epoch, sampled on the calling thread alone."""
+    def _sample(self, epoch, index, order, parallel):
+        """Batch ``index`` of an epoch in ``order``; ``parallel`` as for :func:`sample_blocks`."""
         seeds = order[index * self.batch_size : (index + 1) * self.batch_size]
-        return sample_blocks(
-            self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index), parallel=False
-        )
+        if seeds.size == 0:
+            raise IndexError(f"epoch {epoch} has {len(self)} batches, asked for batch {index}")
+        return sample_blocks(self.graph, seeds, self.fanouts, RandomKeys(self.seed, epoch, index), parallel)
