@@ -125,7 +125,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -148,8 +147,6 @@ from rooflib.machine import Machine  # noqa: E402
 from rooflib.measure import Threads  # noqa: E402
 from rooflib.report import jsonable, markdown  # noqa: E402
 from rooflib.timing import GOALS, time_workload  # noqa: E402
-
-from gatfast._io import atomic_write_text  # noqa: E402
 
 DEFAULT_WORKLOADS = ("large", "large-edge", "large-bipartite", "small-batch", "small-batch-edge", "cora",
                      "degree-256-linear")
@@ -229,11 +226,8 @@ def main(argv=None):
         "probe_sizes": machine.sizes,
     }
     text = markdown(meta, machine.records, rates, results)
-    out = Path(args.out)
     raw = {"meta": meta, "machine": machine.records, "rates": asdict(rates), "results": results, "goals": GOALS}
-    atomic_write_text(out / "roofline.json", json.dumps(jsonable(raw), indent=1))
-    atomic_write_text(out / "roofline.md", text)
-    print(text)
+    outdirs.write_report(args.out, "roofline", jsonable(raw), text)
     return 0
 
 
