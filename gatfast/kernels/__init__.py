@@ -8,12 +8,15 @@ compiled function serves both, so the bits are the same either way, and no
 OpenMP runtime is involved (``fork`` is safe, BLAS's threads are not starved).
 """
 
+import numpy as np
+
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
 from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
 from .backward_edge import gatv2_backward_source_edge_rows, gatv2_backward_target_edge_blocks
 from .edge_fill import FILL_CONST, FILL_MODES, fill_loop_attr, fill_loop_attr_backward
 from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
+from .reduce import column_sums
 from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
 
 __all__ = [
@@ -23,6 +26,7 @@ __all__ = [
     "FILL_MODES",
     "LEAKY_RELU",
     "SOFTPLUS",
+    "column_sum",
     "csr_dense_matmul2_rows",
     "csr_dense_matmul_rows",
     "fill_loop_attr",
@@ -52,3 +56,23 @@ def readonly(arr):
     view = arr.view()
     view.setflags(write=False)
     return view
+
+
+def column_sum(a):
+    """``a.sum(axis=0)`` for a 2-D float array: the same bits as numpy's, several times faster.
+
+    One column (where numpy sums pairwise, more accurately), non-contiguous
+    arrays and other dtypes take numpy's path; either way a new 1-D array of
+    ``a.shape[1]`` values.
+    """
+    if (
+        a.ndim != 2
+        or a.shape[1] < 2
+        or not a.flags.c_contiguous
+        or a.dtype.kind != "f"
+        or a.dtype.itemsize not in (4, 8)
+    ):
+        return a.sum(axis=0)
+    out = np.empty(a.shape[1], a.dtype)
+    column_sums(readonly(a), out)
+    return out

@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 
 from .. import _runtime
-from ..kernels import csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
+from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
 
 __all__ = [
@@ -120,7 +120,7 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
                 parts.append((None, None))
                 continue
             gs = g[start:stop]
-            parts.append((gs.T @ xs, gs.sum(axis=0) if with_bias else None))
+            parts.append((gs.T @ xs, column_sum(gs) if with_bias else None))
         if grad_x is not None:
             np.matmul(grad_l[start:stop], W_l, out=grad_x[start:stop])
             if grad_r is not None:

@@ -16,6 +16,7 @@ from .. import _runtime
 from .._random import RandomKeys
 from ..kernels import (
     ACTIVATIONS,
+    column_sum,
     gatv2_backward_source_edge_rows,
     gatv2_backward_source_rows,
     gatv2_backward_target_blocks,
@@ -124,7 +125,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
         g_heads = ws.empty("g_heads", (n_dst, H, C), dtype)
         np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
     if layer.bias:
-        grads["bias"] = grad_out.sum(axis=0)
+        grads["bias"] = column_sum(grad_out)
 
     kind, slope = layer.constants.kind, layer.constants.slope
     weT = readonly(_edge_weights(layer, params))
@@ -154,9 +155,9 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
             u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     if pairwise:  # the paper's form replaces the O(N) P_i the target pass wrote
         _runtime.run_rows(gatv2_pairwise_theta_r_rows, n_dst, head + (u, weT, cache.alpha, upstream, p_term), work)
-    grads["att"] = att_part.sum(axis=0)
+    grads["att"] = column_sum(att_part.reshape(blocks, H * C)).reshape(H, C)
     if layer.edge_dim is not None:
-        we = we_part.sum(axis=0)
+        we = column_sum(we_part.reshape(blocks, H * dims * C)).reshape(H, dims, C)
         grads["W_e"] = np.ascontiguousarray(we.transpose(0, 2, 1).reshape(H * C, dims))
         grads["edge_attr"] = edge_attr_grad(layer, cache.inputs, grad_u)
 

@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _validate as V
+from ..kernels import column_sum
 from ..layers import ParamDict, glorot
 
 __all__ = ["Linear", "LinearCache"]
@@ -137,6 +138,6 @@ class Linear:
         else:
             grads["weight"] = grad.T @ x
         if self.bias:
-            grads["bias"] = grad.sum(axis=0)
+            grads["bias"] = column_sum(grad)
         grads["x"] = None if sp.issparse(x) else grad @ cache.params["weight"]
         return grads

@@ -1,0 +1,21 @@
+"""Column sums of a 2-D array: the bias gradients of every layer.
+
+``numpy``'s ``a.sum(axis=0)`` on a C-contiguous float32 array adds the rows
+one by one into the running sums, but through its generic reduction loop:
+0.54 ms for 20,399 x 32 float32, where this loop takes 0.10 ms (2-core AMD
+EPYC). Same operations, same order (row ``i`` added after row ``i - 1``,
+every column on its own), so the same bits as numpy's, for any thread count.
+"""
+
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def column_sums(a, out):
+    """``out[c] = Σ_i a[i, c]``, the rows added in increasing order."""
+    zero = out.dtype.type(0.0)
+    for c in range(out.size):
+        out[c] = zero
+    for i in range(a.shape[0]):
+        for c in range(a.shape[1]):
+            out[c] += a[i, c]

@@ -1,0 +1,41 @@
+"""``column_sum``: the bias gradients' column sums, bit for bit numpy's ``sum(axis=0)``."""
+
+import numpy as np
+import pytest
+
+from gatfast.kernels import column_sum
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [0, 1, 7, 1000, 20_399])
+@pytest.mark.parametrize("width", [0, 1, 2, 7, 8, 9, 16, 17, 33, 256])
+def test_column_sum_gives_numpy_bits(dtype, rows, width):
+    a = np.random.default_rng(rows * 1000 + width).standard_normal((rows, width)).astype(dtype)
+    a[::3] *= 1e4  # magnitudes that differ, so a different order shows in the last bits
+    got = column_sum(a)
+    assert got.dtype == a.dtype and got.shape == (width,)
+    np.testing.assert_array_equal(got, a.sum(axis=0))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: a[:, ::2],  # strided columns: numpy's path
+        lambda a: np.asfortranarray(a),
+        lambda a: a.astype(np.float16),
+    ],
+)
+def test_column_sum_other_layouts_and_dtypes(make):
+    a = make(np.random.default_rng(0).standard_normal((50, 10)).astype(np.float32))
+    got = column_sum(a)
+    assert got.dtype == a.dtype
+    np.testing.assert_array_equal(got, a.sum(axis=0))
+
+
+def test_column_sum_keeps_nan_and_inf_and_leaves_the_input_alone():
+    a = np.ones((5, 3), np.float32)
+    a[1, 0], a[2, 2] = np.nan, np.inf
+    before = a.copy()
+    got = column_sum(a)
+    assert np.isnan(got[0]) and got[1] == 5 and got[2] == np.inf
+    np.testing.assert_array_equal(a, before)
