@@ -32,6 +32,13 @@ def test_column_sum_other_layouts_and_dtypes(make):
     np.testing.assert_array_equal(got, a.sum(axis=0))
 
 
+def test_column_sum_keeps_the_sign_of_zero_as_numpy_does():
+    a = np.full((4, 3), -0.0, np.float32)
+    a[2, 1] = 0.0
+    got = column_sum(a)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(a.sum(axis=0)))
+
+
 def test_column_sum_keeps_nan_and_inf_and_leaves_the_input_alone():
     a = np.ones((5, 3), np.float32)
     a[1, 0], a[2, 2] = np.nan, np.inf
