@@ -16,6 +16,7 @@ from gatfast.kernels import (
     gatv2_pairwise_theta_r_rows,
     num_att_blocks,
 )
+from gatfast.layers.passes import source_prefetch_distance
 
 
 def edge_weights(layer, params):
@@ -79,6 +80,7 @@ class State:
         self.out2d[...] = out
         self.grad_out = runner.grad
         self.g_heads = runner.grad.reshape(n_dst, H, C)
+        self.ahead = source_prefetch_distance(g, self.xr, self.g_heads, self.alpha, self.edge_scale, self.u)
         nnz = g.nnz
         blocks = num_att_blocks(n_dst)
         self.upstream = np.empty((nnz, H), self.dtype)
@@ -127,7 +129,8 @@ class State:
 
     def run_source(self):
         """The backward source pass."""
-        head = (self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att, self.slope, self.kind)
+        head = (self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att, self.slope, self.kind,
+                self.ahead)
         tail = (self.edge_scale, self.alpha, self.delta, self.g_heads, self.q_term)
         n_src = len(self.src_indptr) - 1
         if self.edge_features:

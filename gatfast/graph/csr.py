@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
+from ..kernels.structure import edge_span_mean
 from . import convert
 from .loops import LoopLayout, loop_layout, without_loops
 
@@ -326,6 +327,18 @@ class CSRGraph:
         if cached is None:
             cached = self._cache["source_order"] = convert.source_major(self._indices, self._num_src)
         return cached
+
+    def mean_edge_span(self):
+        """Mean ``|j - i|`` over the edges ``j -> i``: small for batches of small graphs, large for random ones.
+
+        Returns
+        -------
+        float
+            0.0 without edges (cached; the backward pass prefetches its gathers only where they lie far apart).
+        """
+        if "mean_edge_span" not in self._cache:
+            self._cache["mean_edge_span"] = edge_span_mean(self._indptr, self._indices)
+        return self._cache["mean_edge_span"]
 
     def has_self_loops(self):
         """True if any edge joins a node to itself (source index == target index)."""

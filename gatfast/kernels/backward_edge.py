@@ -14,7 +14,7 @@ from numba import njit
 from .activations import LEAKY_RELU, act, act_slope
 from .backward import prefetch_source_edge, upstream_delta
 from .edge import edge_z
-from .prefetch import PREFETCH_DISTANCE, prefetch_row
+from .prefetch import prefetch_row
 from .simd import dot3
 
 
@@ -115,6 +115,7 @@ def gatv2_backward_source_edge_rows(
     att,
     slope,
     kind,
+    ahead,
     u,
     weT,
     edge_scale,
@@ -123,7 +124,79 @@ def gatv2_backward_source_edge_rows(
     grad,
     q_out,
 ):
-    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too)."""
+    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too, unless ``ahead`` is 0).
+
+    Two inlined copies of the loop, with and without prefetches, as there.
+    """
+    if ahead > 0:
+        _source_edge_rows(
+            j0,
+            j1,
+            ahead,
+            True,
+            src_indptr,
+            src_edges,
+            src_targets,
+            xl,
+            xr,
+            att,
+            slope,
+            kind,
+            u,
+            weT,
+            edge_scale,
+            alpha,
+            delta,
+            grad,
+            q_out,
+        )
+    else:
+        _source_edge_rows(
+            j0,
+            j1,
+            0,
+            False,
+            src_indptr,
+            src_edges,
+            src_targets,
+            xl,
+            xr,
+            att,
+            slope,
+            kind,
+            u,
+            weT,
+            edge_scale,
+            alpha,
+            delta,
+            grad,
+            q_out,
+        )
+
+
+@njit(inline="always", cache=True)
+def _source_edge_rows(
+    j0,
+    j1,
+    ahead,
+    prefetch,
+    src_indptr,
+    src_edges,
+    src_targets,
+    xl,
+    xr,
+    att,
+    slope,
+    kind,
+    u,
+    weT,
+    edge_scale,
+    alpha,
+    delta,
+    grad,
+    q_out,
+):
+    """The loop of :func:`gatv2_backward_source_edge_rows`; ``prefetch`` a constant of each inlined copy."""
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
@@ -138,9 +211,12 @@ def gatv2_backward_source_edge_rows(
             for c in range(channels):
                 q_out[j, h, c] = zero
         for p in range(src_indptr[j], src_indptr[j + 1]):
-            prefetch_source_edge(p, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes)
-            if p + PREFETCH_DISTANCE < src_edges.size:
-                prefetch_row(u, src_edges[p + PREFETCH_DISTANCE], attr_bytes)
+            if prefetch:
+                prefetch_source_edge(
+                    p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes
+                )
+                if p + ahead < src_edges.size:
+                    prefetch_row(u, src_edges[p + ahead], attr_bytes)
             e = src_edges[p]
             i = src_targets[p]
             edge_z(zb, xr, i, xl, j, u, weT, e)

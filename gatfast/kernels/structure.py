@@ -62,3 +62,13 @@ def loop_layout(indptr, indices, num_dst, num_src):
             looped_indices[slot] = i
             loop_slots[i] = slot
     return looped_indptr, looped_indices, kept, loop_slots, looped_kept
+
+
+@njit(nogil=True, cache=True)
+def edge_span_mean(indptr, indices):
+    """Mean ``|indices[e] - i|`` over the edges of the CSR rows ``i`` (0.0 without edges)."""
+    total = 0.0
+    for i in range(indptr.size - 1):
+        for e in range(indptr[i], indptr[i + 1]):
+            total += abs(indices[e] - i)
+    return total / indices.size if indices.size > 0 else 0.0

@@ -14,11 +14,14 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 
 from .. import _runtime
+from .._validate import all_finite
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
+from ..kernels.finite import add_bias_all_finite
 
 __all__ = [
     "SMALL_PRODUCT",
+    "add_bias_finite",
     "bias_or_empty",
     "dense_backward",
     "dense_projections",
@@ -36,6 +39,15 @@ __all__ = [
     "sparse_matmul2",
     "weight_grad",
 ]
+
+
+def add_bias_finite(out, bias):
+    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf (one pass when it can)."""
+    if bias is not None and out.ndim == 2 and out.flags.c_contiguous and out.dtype == bias.dtype:
+        return add_bias_all_finite(out, bias)
+    if bias is not None:
+        out += bias
+    return all_finite(out)
 
 
 def bias_or_empty(b, dtype):

@@ -17,7 +17,7 @@ from .._random import RandomKeys
 from ..kernels import ACTIVATIONS
 from . import pyg, small
 from .cache import LayerCache
-from .dense import linear, project_inputs
+from .dense import add_bias_finite, linear, project_inputs
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
@@ -331,9 +331,7 @@ class GATv2Layer:
         out = per_head.reshape(n, H * C) if self.concat else per_head.mean(axis=1)
         if self.residual:
             out += linear(x_dst, params["W_res"], None)
-        if self.bias:
-            out += params["bias"]
-        if not V.all_finite(out):
+        if not add_bias_finite(out, params["bias"] if self.bias else None):
             self.params.check_finite()  # names a non-finite parameter, if one is the cause
             raise V.NonFiniteError("the layer output contains NaN or inf: an overflow (scale the inputs or the "
                                    "parameters down)")

@@ -27,6 +27,7 @@ from ..kernels import (
     num_att_blocks,
     readonly,
 )
+from ..kernels.prefetch import source_pass_ahead
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_keep
@@ -37,6 +38,7 @@ __all__ = [
     "attention_dropout",
     "attention_forward",
     "kernel_constants",
+    "source_prefetch_distance",
 ]
 
 
@@ -110,6 +112,19 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
     return alpha, per_head
 
 
+def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
+    """The backward source pass's prefetch distance on graph ``g`` (0: none; see ``kernels.prefetch``).
+
+    From the bytes of the rows it gathers (``xr``, ``g_heads`` per target;
+    ``alpha``, ``delta``, ``edge_scale``, ``u`` per edge) and how far apart an
+    edge's rows lie on average.
+    """
+    row_bytes = xr[0].nbytes if xr.shape[0] else 0
+    edge_bytes = alpha.itemsize * alpha.shape[1] * (3 if edge_scale.shape[0] else 2) + u[:1].nbytes
+    gathered = xr.nbytes + g_heads.nbytes + g.nnz * edge_bytes
+    return source_pass_ahead(gathered, g.mean_edge_span() * row_bytes)
+
+
 def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     """Every gradient of the layer (see ``GATv2Layer.backward``)."""
     g = cache.graph
@@ -140,7 +155,8 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     src_indptr, src_edges = g.source_order()
     q_term = ws.empty("q_term", (n_src, H, C), dtype)
     head = (g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind)
-    source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind)
+    ahead = source_prefetch_distance(g, cache.xr, g_heads, cache.alpha, cache.edge_scale, u)
+    source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, ahead)
     if layer.edge_dim is None:
         _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + (
             cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part), work)

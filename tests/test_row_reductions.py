@@ -1,9 +1,10 @@
-"""``column_sum``: the bias gradients' column sums, bit for bit numpy's ``sum(axis=0)``."""
+"""Row kernels of the layers: ``column_sum`` (bias gradients, numpy's bits) and ``add_bias_finite`` (output bias and check)."""
 
 import numpy as np
 import pytest
 
 from gatfast.kernels import column_sum
+from gatfast.layers.dense import add_bias_finite
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -46,3 +47,33 @@ def test_column_sum_keeps_nan_and_inf_and_leaves_the_input_alone():
     got = column_sum(a)
     assert np.isnan(got[0]) and got[1] == 5 and got[2] == np.inf
     np.testing.assert_array_equal(a, before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 33])
+def test_add_bias_finite_adds_like_numpy_and_reports_finiteness(dtype, width):
+    rng = np.random.default_rng(width)
+    out = rng.standard_normal((300, width)).astype(dtype)
+    bias = rng.standard_normal(width).astype(dtype)
+    want = out + bias
+    got = out.copy()
+    assert add_bias_finite(got, bias)
+    np.testing.assert_array_equal(got, want)
+    for bad in (np.nan, np.inf, -np.inf):
+        got = out.copy()
+        got[123, width - 1] = bad
+        assert not add_bias_finite(got, bias)
+    big = np.finfo(dtype).max
+    got, over = out.copy(), bias.copy()
+    got[7, 0], over[0] = big, big  # finite values whose sum overflows
+    assert not add_bias_finite(got, over)
+
+
+def test_add_bias_finite_without_bias_or_on_other_layouts():
+    out = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert add_bias_finite(out.copy(), None)
+    out[1, 1] = np.nan
+    assert not add_bias_finite(out.copy(), None)
+    strided = np.zeros((3, 8), np.float32)[:, ::2]
+    assert add_bias_finite(strided, np.ones(4, np.float32))
+    np.testing.assert_array_equal(strided, 1.0)

@@ -1,0 +1,69 @@
+"""The backward source pass with and without its prefetches: the same bits, and the choice between them."""
+
+import numpy as np
+import pytest
+
+import gatfast.layers.passes as passes
+from gatfast import CSRGraph, GATv2Layer
+from gatfast.kernels.prefetch import (
+    LOCAL_SPAN_BYTES,
+    PREFETCH_DISTANCE,
+    SMALL_GATHER_BYTES,
+    source_pass_ahead,
+)
+
+
+def random_graph(n, edges, seed):
+    rng = np.random.default_rng(seed)
+    return CSRGraph.from_edge_index(rng.integers(0, n, (2, edges)), n)
+
+
+def batch_of_small_graphs(graphs, size, seed):
+    rng = np.random.default_rng(seed)
+    offsets = np.repeat(np.arange(graphs) * size, size * 3)
+    edges = rng.integers(0, size, (2, graphs * size * 3)) + offsets
+    return CSRGraph.from_edge_index(edges, graphs * size)
+
+
+def test_mean_edge_span_tells_local_graphs_from_random_ones():
+    g = CSRGraph.from_edge_index(np.array([[0, 3, 1], [2, 0, 1]]), 4)  # edges 0->2, 3->0, 1->1
+    assert g.mean_edge_span() == pytest.approx((2 + 3 + 0) / 3)
+    assert CSRGraph.from_edge_index(np.zeros((2, 0), np.int64), 3).mean_edge_span() == 0.0
+    assert batch_of_small_graphs(500, 16, 0).mean_edge_span() < 16
+    assert random_graph(5000, 20000, 0).mean_edge_span() > 1000
+
+
+def test_source_pass_ahead_thresholds():
+    big, far = SMALL_GATHER_BYTES + 1, LOCAL_SPAN_BYTES + 1
+    assert source_pass_ahead(big, far) == PREFETCH_DISTANCE
+    assert source_pass_ahead(SMALL_GATHER_BYTES, far) == 0
+    assert source_pass_ahead(big, LOCAL_SPAN_BYTES) == 0
+
+
+@pytest.mark.parametrize(
+    "dtype, kw",
+    [
+        (np.float32, dict(heads=2, out_features=9)),
+        (np.float64, dict(heads=1, out_features=33, dropout=0.3)),
+        (np.float32, dict(heads=3, out_features=7, edge_dim=4, dropout=0.2)),
+        (np.float32, dict(heads=1, out_features=16, attention_activation="softplus")),
+    ],
+)
+@pytest.mark.parametrize(
+    "make_graph", [lambda: random_graph(3000, 30000, 1), lambda: batch_of_small_graphs(200, 12, 2)]
+)
+def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw, make_graph):
+    g = make_graph()
+    rng = np.random.default_rng(3)
+    layer = GATv2Layer(8, dtype=dtype, seed=0, **kw)
+    x = rng.standard_normal((g.num_nodes, 8)).astype(dtype)
+    edge_attr = rng.standard_normal((g.nnz, kw["edge_dim"])).astype(dtype) if "edge_dim" in kw else None
+    grads, asked = {}, []
+    for ahead in (0, PREFETCH_DISTANCE):
+        monkeypatch.setattr(passes, "source_pass_ahead", lambda gathered, span, a=ahead: asked.append(a) or a)
+        out, cache = layer.forward(g, x, edge_attr, training=True, rng=np.random.default_rng(4))
+        grads[ahead] = layer.backward(cache, np.ones_like(out))
+    for name, value in grads[0].items():
+        np.testing.assert_array_equal(value, grads[PREFETCH_DISTANCE][name], err_msg=name)
+    assert asked == [0, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path
+    assert np.abs(grads[0]["x"]).sum() > 0
