@@ -1,8 +1,9 @@
-"""Row kernels of the layers: ``column_sum`` (bias gradients, numpy's bits) and ``add_bias_finite`` (output bias and check)."""
+"""Row kernels of the layers: ``column_sum`` (bias gradients, numpy's bits), ``add_bias_finite`` and ``all_finite``."""
 
 import numpy as np
 import pytest
 
+from gatfast._validate import all_finite
 from gatfast.kernels import column_sum
 from gatfast.layers.dense import add_bias_finite
 
@@ -77,3 +78,26 @@ def test_add_bias_finite_without_bias_or_on_other_layouts():
     strided = np.zeros((3, 8), np.float32)[:, ::2]
     assert add_bias_finite(strided, np.ones(4, np.float32))
     np.testing.assert_array_equal(strided, 1.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [10, 4095, 4096, 100_003])
+def test_all_finite_finds_every_nan_and_inf(dtype, size):
+    a = np.random.default_rng(size).standard_normal(size).astype(dtype)
+    assert all_finite(a) and all_finite(a.reshape(-1, 1))
+    info = np.finfo(dtype)
+    extremes = np.array([info.max, -info.max, info.tiny / 4, -0.0], dtype)
+    a[: extremes.size] = extremes  # huge values whose sum overflows and subnormals are finite
+    assert all_finite(a)
+    for bad in (np.nan, np.inf, -np.inf, -np.nan):
+        for where in (0, size // 2, size - 1):
+            b = a.copy()
+            b[where] = bad
+            assert not all_finite(b)
+            assert not all_finite(b[::-1])  # not contiguous: numpy's path
+
+
+def test_all_finite_other_dtypes():
+    assert all_finite(np.ones(10_000, np.float16))
+    assert not all_finite(np.full(10_000, np.inf, np.float16))
+    assert all_finite(np.arange(10_000))

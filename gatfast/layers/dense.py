@@ -18,9 +18,11 @@ from .._validate import all_finite
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
 from ..kernels.finite import add_bias_all_finite
+from ..kernels.reduce import add_bias_rows
 
 __all__ = [
     "SMALL_PRODUCT",
+    "add_bias",
     "add_bias_finite",
     "bias_or_empty",
     "dense_backward",
@@ -39,6 +41,14 @@ __all__ = [
     "sparse_matmul2",
     "weight_grad",
 ]
+
+
+def add_bias(out, bias):
+    """``out += bias`` in place: one Numba loop for C-contiguous rows (numpy's broadcast add is slow on short rows)."""
+    if out.ndim == 2 and out.flags.c_contiguous and out.dtype == bias.dtype:
+        add_bias_rows(out, readonly(bias))
+    else:
+        out += bias
 
 
 def add_bias_finite(out, bias):
@@ -103,14 +113,14 @@ def dense_projections(x, pairs):
         for W, b, out in pairs:
             np.matmul(x, W.T, out=out)
             if b is not None:
-                out += b
+                add_bias(out, b)
         return
 
     def task(start, stop):
         for W, b, out in pairs:
             np.matmul(x[start:stop], W.T, out=out[start:stop])
             if b is not None:
-                out[start:stop] += b
+                add_bias(out[start:stop], b)
 
     _runtime.run_chunks(task, row_chunks(x.shape[0]))
 
@@ -187,7 +197,7 @@ def linear_into(x, W, b, out):
         return out
     np.matmul(x, W.T, out=out)
     if b is not None:
-        out += b
+        add_bias(out, b)
     return out
 
 
