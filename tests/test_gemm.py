@@ -1,0 +1,73 @@
+"""The dense products' register tile (``kernels/gemm.py``): its documented order of operations, to the bit."""
+
+import numpy as np
+import pytest
+
+from gatfast.kernels import readonly
+from gatfast.kernels.gemm import matmul_rows
+from gatfast.layers.dense import dense_backward, dense_projections, tiled
+
+
+def in_order(a, b, bias, c, accumulate):
+    """Σ_k a[:, k] * b[k] in increasing k, multiply then add, from 0 (or ``c``), then the bias."""
+    total = c.copy() if accumulate else np.zeros((a.shape[0], b.shape[1]), a.dtype)
+    for k in range(a.shape[1]):
+        total = total + a[:, k : k + 1] * b[k : k + 1, :]
+    return total + bias if bias.size else total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 16, 17, 33, 64])
+@pytest.mark.parametrize("depth", [0, 1, 7, 16, 33])
+def test_matmul_rows_follows_its_order_of_operations(dtype, width, depth):
+    rng = np.random.default_rng(width * 100 + depth)
+    n = 11  # two full tiles of 4 rows and a tail of 3
+    a = rng.standard_normal((n, depth)).astype(dtype)
+    b = rng.standard_normal((depth, width)).astype(dtype)
+    a[::2] *= 1e3  # magnitudes that differ, so another order shows in the last bits
+    for bias in (np.zeros(0, dtype), rng.standard_normal(width).astype(dtype)):
+        for accumulate in (False, True):
+            c = rng.standard_normal((n, width)).astype(dtype)
+            want = in_order(a, b, bias, c, accumulate)
+            matmul_rows(0, n, readonly(a), readonly(b), readonly(bias), accumulate, c)
+            np.testing.assert_array_equal(c, want)
+
+
+def test_matmul_rows_writes_only_its_rows_and_takes_strided_input():
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((40, 24)).astype(np.float32)
+    x = rng.standard_normal((40, 16)).astype(np.float32)
+    out = np.full((24, 16), 7.0, np.float32)
+    matmul_rows(5, 18, readonly(g.T), readonly(x), readonly(np.zeros(0, np.float32)), False, out)
+    np.testing.assert_array_equal(out[5:18], in_order(g.T[5:18], x, np.zeros(0, np.float32), None, False))
+    assert (out[:5] == 7).all() and (out[18:] == 7).all()
+
+
+@pytest.mark.parametrize("rows", [5, 3000])  # one chunk, and row chunks on threads
+def test_dense_paths_match_blas(rows):
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 16)).astype(np.float32)
+    W_l, W_r = (rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2))
+    b = rng.standard_normal(32).astype(np.float32)
+    xl, xr = np.empty((rows, 32), np.float32), np.empty((rows, 32), np.float32)
+    assert tiled(x, xl)
+    dense_projections(x, [(W_l, b, xl), (W_r, None, xr)])
+    np.testing.assert_allclose(xl, x @ W_l.T + b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(xr, x @ W_r.T, rtol=1e-5, atol=1e-5)
+    g_l, g_r = (
+        rng.standard_normal((rows, 32)).astype(np.float32),
+        rng.standard_normal((rows, 32)).astype(np.float32),
+    )
+    grad_x = np.empty_like(x)
+    gW_l, gb_l, gW_r, gb_r = dense_backward(x, g_l, g_r, W_l, W_r, grad_x, True)
+    np.testing.assert_allclose(grad_x, g_l @ W_l + g_r @ W_r, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gW_l, g_l.T @ x, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(gb_r, g_r.sum(axis=0), rtol=1e-4, atol=1e-3)
+
+
+def test_narrow_or_strided_outputs_stay_with_blas():
+    x = np.ones((10, 4), np.float32)
+    assert not tiled(x, np.empty((10, 15), np.float32))  # under one tile of float32 columns
+    assert tiled(x.astype(np.float64), np.empty((10, 8)))  # a float64 tile is 8 wide
+    assert not tiled(x, np.empty((10, 32), np.float32)[:, ::2])
+    assert not tiled(x, np.empty((10, 32), np.float64))
