@@ -36,8 +36,8 @@ def test_mean_edge_span_tells_local_graphs_from_random_ones():
 def test_source_pass_ahead_thresholds():
     big, far = SMALL_GATHER_BYTES + 1, LOCAL_SPAN_BYTES + 1
     assert source_pass_ahead(big, far) == PREFETCH_DISTANCE
-    assert source_pass_ahead(SMALL_GATHER_BYTES, far) == 0
-    assert source_pass_ahead(big, LOCAL_SPAN_BYTES) == 0
+    assert source_pass_ahead(SMALL_GATHER_BYTES, far) is None
+    assert source_pass_ahead(big, LOCAL_SPAN_BYTES) is None
 
 
 @pytest.mark.parametrize(
@@ -59,11 +59,11 @@ def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw
     x = rng.standard_normal((g.num_nodes, 8)).astype(dtype)
     edge_attr = rng.standard_normal((g.nnz, kw["edge_dim"])).astype(dtype) if "edge_dim" in kw else None
     grads, asked = {}, []
-    for ahead in (0, PREFETCH_DISTANCE):
+    for ahead in (None, PREFETCH_DISTANCE):
         monkeypatch.setattr(passes, "source_pass_ahead", lambda gathered, span, a=ahead: asked.append(a) or a)
         out, cache = layer.forward(g, x, edge_attr, training=True, rng=np.random.default_rng(4))
         grads[ahead] = layer.backward(cache, np.ones_like(out))
-    for name, value in grads[0].items():
+    for name, value in grads[None].items():
         np.testing.assert_array_equal(value, grads[PREFETCH_DISTANCE][name], err_msg=name)
-    assert asked == [0, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path
-    assert np.abs(grads[0]["x"]).sum() > 0
+    assert asked == [None, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path
+    assert np.abs(grads[None]["x"]).sum() > 0

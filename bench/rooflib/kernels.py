@@ -20,8 +20,7 @@ import numpy as np
 from gatfast import _validate as V
 from gatfast._runtime import blas_single_thread
 from gatfast.kernels import column_sum
-from gatfast.kernels.finite import add_bias_all_finite
-from gatfast.layers.dense import dense_backward, dense_projections, sparse_matmul2
+from gatfast.layers.dense import add_bias_finite, dense_backward, dense_projections, sparse_matmul2
 from gatfast.layers.inputs import resolve_inputs
 
 from .model import Gather, Kernel, Model, bound, step_footprint
@@ -112,13 +111,13 @@ def k_forward(d, s=None):
 
 
 def k_out_bias(d, s=None):
-    """``out += bias`` (the layer finishes its output in place)."""
+    """``out += bias`` and the output's NaN check (the layer finishes its output in place)."""
     model = Model(reads={"out": d.n * d.hc * d.f}, writes={"out": d.n * d.hc * d.f}, flops=d.n * d.hc)
 
     def run():
-        add_bias_all_finite(s.out2d, s.bias)
+        add_bias_finite(s.out2d, s.bias)
 
-    return Kernel("out_bias", "out += bias", model, run if s else None)
+    return Kernel("out_bias", "out += bias, output finite", model, run if s else None)
 
 
 def k_check_grad(d, s=None):

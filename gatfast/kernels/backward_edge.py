@@ -124,79 +124,7 @@ def gatv2_backward_source_edge_rows(
     grad,
     q_out,
 ):
-    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too, unless ``ahead`` is 0).
-
-    Two inlined copies of the loop, with and without prefetches, as there.
-    """
-    if ahead > 0:
-        _source_edge_rows(
-            j0,
-            j1,
-            ahead,
-            True,
-            src_indptr,
-            src_edges,
-            src_targets,
-            xl,
-            xr,
-            att,
-            slope,
-            kind,
-            u,
-            weT,
-            edge_scale,
-            alpha,
-            delta,
-            grad,
-            q_out,
-        )
-    else:
-        _source_edge_rows(
-            j0,
-            j1,
-            0,
-            False,
-            src_indptr,
-            src_edges,
-            src_targets,
-            xl,
-            xr,
-            att,
-            slope,
-            kind,
-            u,
-            weT,
-            edge_scale,
-            alpha,
-            delta,
-            grad,
-            q_out,
-        )
-
-
-@njit(inline="always", cache=True)
-def _source_edge_rows(
-    j0,
-    j1,
-    ahead,
-    prefetch,
-    src_indptr,
-    src_edges,
-    src_targets,
-    xl,
-    xr,
-    att,
-    slope,
-    kind,
-    u,
-    weT,
-    edge_scale,
-    alpha,
-    delta,
-    grad,
-    q_out,
-):
-    """The loop of :func:`gatv2_backward_source_edge_rows`; ``prefetch`` a constant of each inlined copy."""
+    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too, unless ``ahead`` is None)."""
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
@@ -211,7 +139,7 @@ def _source_edge_rows(
             for c in range(channels):
                 q_out[j, h, c] = zero
         for p in range(src_indptr[j], src_indptr[j + 1]):
-            if prefetch:
+            if ahead is not None:
                 prefetch_source_edge(
                     p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes
                 )

@@ -162,7 +162,7 @@ def small_layer_backward(
         att,
         slope,
         kind,
-        0,  # no prefetch: a small layer's rows are all in cache
+        None,  # no prefetch: a small layer's rows are all in cache
         edge_scale,
         alpha,
         delta,

@@ -17,7 +17,6 @@ from .. import _runtime
 from .._validate import all_finite
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
-from ..kernels.finite import add_bias_all_finite
 from ..kernels.gemm import TILE_VECTORS, VECTOR_BYTES, matmul_rows
 from ..kernels.reduce import add_bias_rows
 
@@ -54,11 +53,9 @@ def add_bias(out, bias):
 
 
 def add_bias_finite(out, bias):
-    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf (one pass when it can)."""
-    if bias is not None and out.ndim == 2 and out.flags.c_contiguous and out.dtype == bias.dtype:
-        return add_bias_all_finite(out, bias)
+    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf."""
     if bias is not None:
-        out += bias
+        add_bias(out, bias)
     return all_finite(out)
 
 

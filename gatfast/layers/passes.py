@@ -113,7 +113,7 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
 
 
 def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
-    """The backward source pass's prefetch distance on graph ``g`` (0: none; see ``kernels.prefetch``).
+    """The backward source pass's prefetch distance on graph ``g`` (None: none; see ``kernels.prefetch``).
 
     From the bytes of the rows it gathers (``xr``, ``g_heads`` per target;
     ``alpha``, ``delta``, ``edge_scale``, ``u`` per edge) and how far apart an
