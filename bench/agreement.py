@@ -29,8 +29,12 @@ import numpy as np
 
 from gatfast._io import atomic_write
 
-# norm-wise relative difference allowed between a peer and gatfast in float32
-FLOAT32_TOL = 1e-4
+# Norm-wise relative difference allowed between a peer and gatfast in float32. Each side's own
+# rounding error bounds it from below: on `large` (2.2 M edges summed into W_r), against a float64
+# run of the same weights, PyG's W_r gradient is 1.6e-4 off and gatfast's 6.4e-5 (2026-11-25; while
+# both summed their dense products through OpenBLAS their errors were alike, 1.6e-4 and 1.9e-4, and
+# differed from each other by under 1e-4). A wrong formula or weight mapping shows at order 1.
+FLOAT32_TOL = 3e-4
 FLOOR = 1e-2  # a gradient is judged against at least this share of the whole gradient's norm
 CHUNK = 1 << 20
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import agreement
 import workloads
 
 from .targets import target_text
@@ -90,7 +91,7 @@ def _header(meta, refs, rows):
         worst = ", ".join(f"{LIB_NAMES[r]} {max(v):.1e}" for r, v in checked.items() if v)
         lines += ["", "Same weights, same function: before timing, every peer worker loaded gatfast's weights and "
                   "checked its output and every gradient on the very workload it timed against gatfast's (norm-wise "
-                  f"relative difference at most 1e-4, else the run fails; largest: {worst})."]
+                  f"relative difference at most {agreement.FLOAT32_TOL:g}, else the run fails; largest: {worst})."]
     if "dgl" in refs:
         lines += ["", f"DGL {meta.get('dgl', '')} runs in its own environment, with gatfast's output bias added "
                   "(DGL's layer lacks it), on the same edges. DGL's `GATv2Conv` has no edge features: the "
