@@ -339,3 +339,27 @@ def test_sparse_features_match_dense(cfg):
     gc = layer.backward(cache_c, R)
     for name in layer.params:
         assert naive.rel_err(gc[name], gd[name]) < EXACT_TOL, name
+
+
+@pytest.mark.parametrize("in_features", [9, 17])
+def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
+    """A layer big enough for the general path, so that its projections and input gradient run
+    through the Numba tile (``kernels/gemm.py``, 8 float64 columns per vector pair)."""
+    import gatfast.layers.dense as dense
+
+    calls = []
+    tile = dense.matmul_rows
+    monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append(a[5]) or tile(*a))
+    rng = np.random.default_rng(in_features)
+    graph = naive.mixed_graph(rng, n=130, hub_degree=6)  # past dense.SMALL_PRODUCT
+    layer = make_layer(seed=in_features, in_features=in_features, out_features=8, heads=2)
+    x = rng.standard_normal((graph.num_nodes, in_features))
+    out, cache = layer.forward(graph, x)
+    R = rng.standard_normal(out.shape)
+    fd = finite_differences(layer, graph, x, R)
+    grads = layer.backward(cache, R)
+    for name, want in fd.items():
+        assert np.linalg.norm(want) > 0, f"{name}: degenerate check, zero gradient"
+        err = naive.rel_err(grads[name], want)
+        assert err < FD_TOL, f"{name}: relative error {err:.2e}"
+    assert False in calls and True in calls  # projections and the input gradient took the tile
