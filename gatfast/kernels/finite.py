@@ -26,8 +26,8 @@ def max_exponent_bits(bits, mask):
     """The largest ``bits[i] & mask``: with the exponent mask of the float type the bits are the array of, it
     equals the mask exactly when some value is NaN or inf (their exponent bits are all ones).
 
-    Integer max vectorises and never stops early: a pass at memory speed (0.12 ms for 20,399 x 32 float32,
-    where numpy's pairwise sum took 0.32 ms under load).
+    Integer max vectorises and never stops early: a pass at memory speed (0.14 ms for 20,399 x 32 float32,
+    where numpy's sum, the check it replaces, took 0.20 ms).
     """
     top = bits.dtype.type(0)
     for i in range(bits.size):

@@ -24,6 +24,7 @@ from numba.extending import intrinsic
 TILE_ROWS = 4
 TILE_VECTORS = 2
 VECTOR_BYTES = 32  # an AVX2 register; LLVM splits or joins them for other widths
+TILE_BYTES = TILE_VECTORS * VECTOR_BYTES  # of a tile's row: 16 float32 or 8 float64 columns
 
 
 def _lanes(dtype):
@@ -136,7 +137,7 @@ def matmul_rows(r0, r1, a, b, bias, accumulate, c):
     """
     n_out = b.shape[1]
     depth = a.shape[1]
-    width = TILE_VECTORS * (VECTOR_BYTES // c.itemsize)
+    width = TILE_BYTES // c.itemsize
     full = n_out - n_out % width
     use_bias = bias.size > 0
     zero = c.dtype.type(0.0)

@@ -17,7 +17,7 @@ from .. import _runtime
 from .._validate import all_finite
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
-from ..kernels.gemm import TILE_VECTORS, VECTOR_BYTES, matmul_rows
+from ..kernels.gemm import TILE_BYTES, matmul_rows
 from ..kernels.reduce import add_bias_rows
 
 __all__ = [
@@ -119,7 +119,7 @@ def tiled(a, out):
         and a.dtype in (np.float32, np.float64)
         and a.flags.c_contiguous
         and out.flags.c_contiguous
-        and out.shape[1] >= TILE_VECTORS * VECTOR_BYTES // out.itemsize
+        and out.shape[1] * out.itemsize >= TILE_BYTES
     )
 
 
