@@ -98,11 +98,19 @@ def _share(task, chunks, workers):
 
     helpers = min(workers, len(chunks)) - 1
     futures = [_pool(workers - 1).submit(drain) for _ in range(helpers)]
+    finished = False
     try:
         drain()
+        finished = True
     finally:
+        # Once the caller has taken the last chunk, a helper still asleep has
+        # nothing left to do: cancel it rather than wait for it to wake (25 to
+        # 170 us on a 2-vCPU virtual machine, more than a small kernel's work).
+        # One that is running may hold a chunk: wait for it. After an error
+        # the helpers run the remaining chunks, as documented.
         for future in futures:
-            future.result()
+            if not (finished and future.cancel()):
+                future.result()
 
 
 def helpers():

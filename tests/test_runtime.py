@@ -47,6 +47,28 @@ def test_an_error_in_one_chunk_is_raised_after_every_chunk_ran():
 
 
 @needs_two_threads
+def test_the_caller_does_not_wait_for_a_helper_that_never_started():
+    # the pool's thread is busy elsewhere: the caller runs every chunk itself and
+    # returns, instead of waiting for the helper to wake up with nothing left to do
+    release = threading.Event()
+    done = []
+    with _runtime.threads(2):
+        blocker = _runtime.submit(release.wait, 30)
+        try:
+            caller = threading.Thread(
+                target=_runtime.run_rows,
+                args=(lambda start, stop: done.append((start, stop)), 800, (), 100 * _runtime.SERIAL_WORK),
+            )
+            caller.start()
+            caller.join(10)
+            assert not caller.is_alive(), "run_rows waited for a helper that had not started"
+        finally:
+            release.set()
+            blocker.result()
+    assert sorted(done) == sorted(set(done)) and sum(b - a for a, b in done) == 800
+
+
+@needs_two_threads
 def test_run_chunks_returns_results_in_chunk_order():
     chunks = [(k, k + 1) for k in range(37)]
     with _runtime.threads(2):
