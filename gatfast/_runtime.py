@@ -6,7 +6,7 @@ What gatfast changes in the process, and when (nothing happens at import):
   cores) is changed only inside :func:`threads` blocks (``gatfast train
   --threads N``, ``train(..., threads=N)``) and restored afterwards.
 * Kernels run on the calling thread when the work is too small to be worth
-  waking threads (:data:`SERIAL_WORK`), else over chunks of rows on a small
+  waking threads (:data:`PARALLEL_WORK`), else over chunks of rows on a small
   thread pool of this module (:func:`run_rows`; the kernels release the
   GIL). No OpenMP runtime is started, so a forked child computes like its
   parent and BLAS threads are never starved by spinning OpenMP workers.
@@ -32,6 +32,7 @@ from . import _validate as V
 
 __all__ = [
     "CHUNKS_PER_THREAD",
+    "PARALLEL_WORK",
     "SERIAL_WORK",
     "blas_single_thread",
     "compile_notice",
@@ -41,9 +42,16 @@ __all__ = [
     "use_parallel",
 ]
 
-#: Below this much work (edges x heads x channels) a kernel runs on the
-#: calling thread: waking the other threads costs more than they save.
+#: The least work (edges x heads x channels, about a nanosecond each) worth
+#: a chunk of its own on another thread.
 SERIAL_WORK = 1 << 15
+
+#: Below this much work a kernel runs on the calling thread. Waking a pool
+#: thread takes 25-170 us on a 2-vCPU virtual machine; in alternating runs
+#: of the forward kernel (4 heads x 16 channels, 2 threads, 2-vCPU AMD EPYC)
+#: splitting gained nothing at 2^16.2 units (73-144 us of work) and lost
+#: 28 % when split in two, and gained 8-30 % from 2^16.8 units (8 chunks).
+PARALLEL_WORK = 1 << 17
 
 #: Chunks of rows per thread: enough for threads that finish early to take
 #: another (graphs with hubs have very uneven rows), few enough that the
@@ -58,7 +66,7 @@ _lock = threading.Lock()
 
 def use_parallel(work):
     """Whether work of this size (edges x heads x channels) should run on several threads."""
-    return work >= SERIAL_WORK and numba.get_num_threads() > 1
+    return work >= PARALLEL_WORK and numba.get_num_threads() > 1
 
 
 def run_rows(kernel, count, args, work):
@@ -67,13 +75,15 @@ def run_rows(kernel, count, args, work):
     The kernel must release the GIL and write only what belongs to its
     rows; the chunks then give the same bits as one call over everything,
     for any thread count. Work is split into at most one chunk per
-    :data:`SERIAL_WORK` (so small work runs on the calling thread, and
-    moderate work wakes only the threads it can use) and at most
-    :data:`CHUNKS_PER_THREAD` chunks per thread.
+    :data:`SERIAL_WORK` (so moderate work wakes only the threads it can use)
+    and at most :data:`CHUNKS_PER_THREAD` chunks per thread; work below
+    :data:`PARALLEL_WORK` runs on the calling thread. Work just above it
+    gets several chunks per thread, not one: a helper that wakes late then
+    still takes its share, where one chunk each made the caller wait for it.
     """
     workers = numba.get_num_threads()
     pieces = min(count, workers * CHUNKS_PER_THREAD, work // max(SERIAL_WORK, 1))
-    if workers <= 1 or pieces <= 1:
+    if workers <= 1 or pieces <= 1 or work < PARALLEL_WORK:
         kernel(0, count, *args)
         return
     size = -(-count // pieces)

@@ -179,6 +179,7 @@ def test_serial_and_parallel_drivers_give_the_same_bits(monkeypatch, dtype, bipa
     results = []
     for serial_below in (0, 1 << 60):  # always parallel, then always serial
         monkeypatch.setattr(_runtime, "SERIAL_WORK", serial_below)
+        monkeypatch.setattr(_runtime, "PARALLEL_WORK", serial_below)
         out, cache = layer.forward(graph, x, attr, training=True, rng=np.random.default_rng(3))
         grads = layer.backward(cache, np.ones_like(out), theta_r="linear")
         results.append((out.copy(), cache.alpha.copy(), {k: np.copy(v) if not isinstance(v, tuple) else

@@ -33,6 +33,22 @@ def test_run_rows_covers_every_row_once_in_chunks():
 
 
 @needs_two_threads
+def test_work_below_the_parallel_threshold_stays_on_the_calling_thread_and_above_it_is_split_finely():
+    seen = []
+
+    def kernel(start, stop):
+        seen.append((threading.current_thread().name, start, stop))
+
+    with _runtime.threads(2):
+        _runtime.run_rows(kernel, 1000, (), work=_runtime.PARALLEL_WORK - 1)
+        assert seen == [(threading.current_thread().name, 0, 1000)]
+        seen.clear()
+        _runtime.run_rows(kernel, 1000, (), work=_runtime.PARALLEL_WORK)
+    # several chunks per thread, so a helper that wakes late still takes a share
+    assert len(seen) >= 2 * 2 and sum(stop - start for _, start, stop in seen) == 1000
+
+
+@needs_two_threads
 def test_an_error_in_one_chunk_is_raised_after_every_chunk_ran():
     done = []
 
