@@ -363,7 +363,8 @@ class CSRGraph:
         blocks list their targets first among the sources, so every target
         gets its loop); targets beyond that get none. The result is cached.
         """
-        return self.loop_layout().graph
+        layout = self._cache.get("loops")  # a graph with its loops in place is its own result
+        return self if layout is not None and layout.graph is None else self.loop_layout().graph
 
     def without_self_loops(self):
         """Return the graph with every self loop removed (row order kept; cached)."""
