@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from gatfast import CSRGraph
-from gatfast.kernels.optim import adam_update_all
 from gatfast.models import GATv2Network, softmax_cross_entropy
 from gatfast.optim import SGD, Adam, AdamW, clip_grad_norm
 
@@ -305,56 +304,26 @@ def test_adam_kernel_gives_the_numpy_passes_bits(monkeypatch, make, dtype):
     rng = np.random.default_rng(0)
     init = {"W": rng.standard_normal((7, 9)).astype(dtype), "b": rng.standard_normal(33).astype(dtype)}
     grads = [{k: rng.standard_normal(v.shape).astype(dtype) for k, v in init.items()} for _ in range(12)]
-    calls = []
-    monkeypatch.setattr(adam, "adam_update_all", lambda *a: calls.append(1) or adam_update_all(*a))
     results = []
-    # one kernel call for both parameters, one call each, then NumPy's passes
-    for kernel_dtypes, together in ((adam._KERNEL_DTYPES, True), (adam._KERNEL_DTYPES, False), ((), False)):
+    for kernel_dtypes in (adam._KERNEL_DTYPES, ()):  # the one-pass kernel, then NumPy's passes
         monkeypatch.setattr(adam, "_KERNEL_DTYPES", kernel_dtypes)
-        if not together:
-            monkeypatch.setattr(adam.Adam, "_update_together", lambda self, checked: False)
         params = {k: v.copy() for k, v in init.items()}
         opt = make(params)
         for g in grads:
             opt.step(g)
         results.append((params, opt.state_dict()))
-    assert len(calls) == len(grads)  # the first run took the one-call path at every step
-    (fused, fused_state), *others = results
+    (fused, fused_state), (passes, passes_state) = results
     for k in init:
         assert not np.array_equal(fused[k], init[k])
-    for params, state in others:
-        for k in init:
-            assert fused[k].tobytes() == params[k].tobytes(), k
-        for k, v in state.items():
-            assert np.asarray(fused_state[k]).tobytes() == np.asarray(v).tobytes(), k
-
-
-def test_adam_updates_parameters_one_by_one_where_one_call_cannot_take_them():
-    rng = np.random.default_rng(2)
-    init = {"w": rng.standard_normal((6, 8)), "b": rng.standard_normal(5), "s": rng.standard_normal((6, 4))}
-    grads = [{k: rng.standard_normal(v.shape) for k, v in init.items()} for _ in range(3)]
-    want = {}
-    for k, v in init.items():  # each parameter alone: one kernel call each
-        want[k] = v.copy()
-        opt = Adam({k: want[k]}, lr=0.1)
-        for g in grads[1:] if k == "b" else grads:
-            opt.step({k: g[k]})
-    strided = np.zeros((6, 8))
-    params = {"w": init["w"].copy(), "b": init["b"].copy(), "s": strided[:, ::2]}
-    params["s"][...] = init["s"]  # strided: NumPy's passes for it
-    opt = Adam(params, lr=0.1)
-    opt.step({"w": grads[0]["w"], "b": None, "s": grads[0]["s"]})  # "b" skips a step: its count lags
-    for g in grads[1:]:
-        opt.step(g)
-    assert opt.state["b"]["step"] == 2 and opt.state["w"]["step"] == 3
-    for k in init:
-        assert params[k].tobytes() == want[k].tobytes(), k
+        assert fused[k].tobytes() == passes[k].tobytes(), k
+    for k, v in passes_state.items():
+        assert np.asarray(fused_state[k]).tobytes() == np.asarray(v).tobytes(), k
 
 
 def test_adam_with_eps_zero_gives_nan_on_a_zero_gradient_as_torch_does():
-    params = {"w": np.ones(4, np.float32), "b": np.ones(3, np.float32)}
-    Adam(params, eps=0.0).step({k: np.zeros_like(v) for k, v in params.items()})
-    assert np.isnan(params["w"]).all() and np.isnan(params["b"]).all()  # 0 / 0, not a ZeroDivisionError
+    params = {"w": np.ones(4, np.float32)}
+    Adam(params, eps=0.0).step({"w": np.zeros(4, np.float32)})
+    assert np.isnan(params["w"]).all()  # 0 / 0 in the kernel, not a ZeroDivisionError
 
 
 def test_adam_updates_a_non_contiguous_parameter_in_place():

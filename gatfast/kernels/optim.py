@@ -9,7 +9,7 @@ elementwise operations, in the same order and in the arrays' dtype (the
 scalars come in already rounded to it, as NumPy rounds a Python float
 against a float32 array), so the result is the same bits (tested).
 
-The kernels use Numba's ``numpy`` error model: a zero denominator (``eps =
+The kernel uses Numba's ``numpy`` error model: a zero denominator (``eps =
 0`` and a zero second moment) gives inf or NaN, as in NumPy and torch,
 instead of raising, and without a zero test on every division the loop
 vectorises (9,480 float32 weights: 58 -> 11 us, 2-vCPU AMD EPYC).
@@ -49,18 +49,3 @@ def adam_update(p, grad, m, v, decay, wd, w1, keep1, beta2, w2, inv_bc2, eps, st
         m[i] = mi
         v[i] = vi
         p[i] = pi - step_size * mi / (math.sqrt(vi) / inv_bc2 + eps)
-
-
-@njit(nogil=True, cache=True, error_model="numpy")
-def adam_update_all(ps, grads, ms, vs, decay, wd, w1, keep1, beta2, w2, inv_bc2, eps, step_size, lerp_high):
-    """:func:`adam_update` of every array of the tuples ``ps``, ``grads``, ``ms``, ``vs``, in order.
-
-    One call for all the parameters of a network that share a step count
-    and a dtype: per parameter, the call and its checks in Python cost more
-    than the update of a few thousand weights (18 parameters of a 3-layer
-    network: 340 us per step, against 6 us of arithmetic each).
-    """
-    for k in range(len(ps)):
-        adam_update(
-            ps[k], grads[k], ms[k], vs[k], decay, wd, w1, keep1, beta2, w2, inv_bc2, eps, step_size, lerp_high
-        )

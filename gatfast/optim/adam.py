@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _validate as V
-from ..kernels.optim import adam_update, adam_update_all
+from ..kernels.optim import adam_update
 from .base import Optimizer, lerp_
 
 __all__ = ["Adam", "AdamW"]
@@ -52,48 +52,11 @@ class Adam(Optimizer):
         self.weight_decay = V.check_float(weight_decay, "weight_decay", 0.0)
         self.lr = lr
 
-    def _update_all(self, checked):
-        if len(checked) < 2 or not self._update_together(checked):
-            super()._update_all(checked)
-
-    def _update_together(self, checked):
-        """Every parameter of ``checked`` in one kernel call, where all fit one (else False, nothing done).
-
-        They fit when every parameter, gradient and moment is a C-contiguous
-        array of one kernel dtype, with one step count: the tuples passed
-        must hold arrays of one Numba type. The result is the bits of the
-        one-by-one updates (the same kernel per array, in the same order).
-        """
-        params, state = self.params, self.state
-        first = params[next(iter(checked))]
-        dtype, writeable = first.dtype, next(iter(checked.values())).flags.writeable
-        if dtype not in _KERNEL_DTYPES:
-            return False
-        step = None
-        for name, grad in checked.items():
-            p, st = params[name], state[name]
-            if not st:
-                _init_state(p, st)
-            m, v = st["exp_avg"], st["exp_avg_sq"]
-            if step is None:
-                step = st["step"]
-            if st["step"] != step or grad.flags.writeable != writeable:
-                return False
-            for a in (p, grad, m, v):
-                if a.dtype != dtype or a.shape != p.shape or not (a.flags.c_contiguous and a.flags.aligned):
-                    return False
-        flat = [[], [], [], []]
-        for name, grad in checked.items():
-            st = state[name]
-            st["step"] = step + 1
-            for out, a in zip(flat, (params[name], grad, st["exp_avg"], st["exp_avg_sq"])):
-                out.append(a.reshape(-1))
-        adam_update_all(*map(tuple, flat), *self._scalars(step + 1, dtype))
-        return True
-
     def _update(self, name, p, grad, st):
         if not st:
-            _init_state(p, st)
+            st["step"] = 0
+            st["exp_avg"] = np.zeros_like(p)
+            st["exp_avg_sq"] = np.zeros_like(p)
         st["step"] += 1
         step = st["step"]
         m, v = st["exp_avg"], st["exp_avg_sq"]
@@ -145,12 +108,6 @@ class Adam(Optimizer):
             self._scalars_key = key
             return scalars
         return self._scalars_cache
-
-
-def _init_state(p, st):
-    st["step"] = 0
-    st["exp_avg"] = np.zeros_like(p)
-    st["exp_avg_sq"] = np.zeros_like(p)
 
 
 def _fused(*arrays):

@@ -108,10 +108,6 @@ class Optimizer:
                 raise KeyError(f"grads is missing {name!r}; expected one gradient per parameter")
             if grads[name] is not None:
                 checked[name] = _check_grad(grads[name], name, param)
-        self._update_all(checked)
-
-    def _update_all(self, checked):
-        """Update every parameter of ``checked`` (name -> checked gradient), one by one."""
         for name, grad in checked.items():
             self._update(name, self.params[name], grad, self.state[name])
 
