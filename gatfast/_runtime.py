@@ -42,8 +42,8 @@ __all__ = [
     "use_parallel",
 ]
 
-#: The least work (edges x heads x channels, about a nanosecond each) worth
-#: a chunk of its own on another thread.
+#: The least work (edges x heads x channels, 1-2 ns each with the machine's
+#: speed) worth a chunk of its own on another thread.
 SERIAL_WORK = 1 << 15
 
 #: Below this much work a kernel runs on the calling thread. Waking a pool
@@ -113,14 +113,29 @@ def _share(task, chunks, workers):
         drain()
         finished = True
     finally:
-        # Once the caller has taken the last chunk, a helper still asleep has
-        # nothing left to do: cancel it rather than wait for it to wake (25 to
-        # 170 us on a 2-vCPU virtual machine, more than a small kernel's work).
-        # One that is running may hold a chunk: wait for it. After an error
-        # the helpers run the remaining chunks, as documented.
-        for future in futures:
-            if not (finished and future.cancel()):
-                future.result()
+        failure = _wait_for(futures, cancel_idle=finished)
+    if failure is not None:
+        raise failure
+
+
+def _wait_for(futures, cancel_idle):
+    """Wait for every future (cancelling those not started if ``cancel_idle``); return the first exception.
+
+    Once the caller has taken the last chunk, a helper still asleep has
+    nothing left to do: cancelling it saves waiting for it to wake (25 to 170
+    us on a 2-vCPU virtual machine, more than a small kernel's work). One that
+    is running may hold a chunk, so it is waited for, even after another one
+    failed; after an error of the caller's the helpers run the remaining chunks.
+    """
+    failure = None
+    for future in futures:
+        if cancel_idle and future.cancel():
+            continue
+        try:
+            future.result()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller once all are done
+            failure = failure or exc
+    return failure
 
 
 def helpers():

@@ -1,6 +1,7 @@
 """gatfast._runtime: chunked runs on threads, the BLAS thread limit, the thread-count setting."""
 
 import threading
+import time
 
 import numba
 import numpy as np
@@ -71,10 +72,14 @@ def test_the_caller_does_not_wait_for_a_helper_that_never_started():
     with _runtime.threads(2):
         blocker = _runtime.submit(release.wait, 30)
         try:
-            caller = threading.Thread(
-                target=_runtime.run_rows,
-                args=(lambda start, stop: done.append((start, stop)), 800, (), 100 * _runtime.SERIAL_WORK),
-            )
+
+            def call():
+                with _runtime.threads(2):  # Numba's thread count is per thread: set it in this one too
+                    _runtime.run_rows(
+                        lambda start, stop: done.append((start, stop)), 800, (), 100 * _runtime.SERIAL_WORK
+                    )
+
+            caller = threading.Thread(target=call)
             caller.start()
             caller.join(10)
             assert not caller.is_alive(), "run_rows waited for a helper that had not started"
@@ -82,6 +87,29 @@ def test_the_caller_does_not_wait_for_a_helper_that_never_started():
             release.set()
             blocker.result()
     assert sorted(done) == sorted(set(done)) and sum(b - a for a, b in done) == 800
+
+
+@needs_two_threads
+def test_a_helper_that_fails_is_reported_after_every_other_chunk_ran():
+    done = []
+    caller = threading.current_thread()
+
+    def kernel(start, stop):
+        if threading.current_thread() is not caller:
+            raise RuntimeError("a helper's chunk failed")
+        time.sleep(0.002)  # time for the helper to wake and take a chunk
+        done.append(start)
+
+    with _runtime.threads(2):
+        for _ in range(20):  # a helper that wakes after the caller took every chunk never runs one
+            done.clear()
+            try:
+                _runtime.run_rows(kernel, 800, (), work=100 * _runtime.SERIAL_WORK)
+            except RuntimeError as exc:
+                assert "helper's chunk" in str(exc)
+                assert len(done) == 2 * _runtime.CHUNKS_PER_THREAD - 1  # the caller ran all the others
+                return
+    pytest.skip("the pool's thread never woke while the caller worked")
 
 
 @needs_two_threads

@@ -78,7 +78,7 @@ def _exp_parts(v):
     d = np.float64(v)
     d = d if d > _LOWEST else _LOWEST
     d = d if d < 0.0 else 0.0
-    rounded = d * _INV_LN2 + _ROUNDER
+    rounded = d * _INV_LN2 + _ROUNDER  # (never fastmath here: reassociation would cancel the rounding)
     k = rounded - _ROUNDER  # np.rint(d / ln 2), exactly
     r = (d - k * _LN2_HI) - k * _LN2_LO
     # q(r) = sum of r**i / (i + 2)! for i = 0 .. 11, in Estrin's scheme: four short chains

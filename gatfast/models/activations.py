@@ -14,9 +14,9 @@ __all__ = ["ACTIVATIONS", "activation_backward", "activation_forward"]
 ACTIVATIONS = ("elu", "relu", "identity")
 
 # ELU's cost per element in run_rows' work units (what an edge-channel of the forward kernel
-# costs, 1.5-2 ns): the float32 kernels took 3 ns an element (523 x 64, one thread); libm's
-# float64 expm1 is a scalar call. At 523 x 64 (a 64-scene batch) splitting float32 ELU over
-# 2 threads made the training step 10 % slower than one call.
+# costs: 1-2 ns, with the machine's speed): the float32 kernels took 3 ns an element (523 x 64,
+# one thread, a slow hour); libm's float64 expm1 is a scalar call. At 523 x 64 (a 64-scene
+# batch) splitting float32 ELU over 2 threads made the training step 10 % slower than one call.
 _ELU_WORK = {np.dtype(np.float32): 2, np.dtype(np.float64): 16}
 
 

@@ -25,8 +25,8 @@ class Adam(Optimizer):
     betas : (float, float), default (0.9, 0.999)
         Decay rates of the first and second moment estimates, each in [0, 1).
     eps : float, default 1e-8
-        Added to the denominator for numerical stability. 0 is allowed: a
-        parameter whose second moment is still 0 then becomes NaN, as in torch.
+        Added to the denominator for numerical stability. 0 is allowed: where
+        the second moment is 0 the update is then NaN or inf, as in torch.
     weight_decay : float, default 0
         L2 penalty added to the gradient (coupled, as in ``torch.optim.Adam``).
     """
@@ -133,8 +133,8 @@ class AdamW(Adam):
     betas : (float, float), default (0.9, 0.999)
         Decay rates of the first and second moment estimates, each in [0, 1).
     eps : float, default 1e-8
-        Added to the denominator for numerical stability. 0 is allowed: a
-        parameter whose second moment is still 0 then becomes NaN, as in torch.
+        Added to the denominator for numerical stability. 0 is allowed: where
+        the second moment is 0 the update is then NaN or inf, as in torch.
     weight_decay : float, default 0.01
         Decoupled weight decay: ``p *= 1 - lr * weight_decay`` before each step.
     """
