@@ -67,7 +67,7 @@ class RandomKeys:
     __slots__ = ("key", "edge_ids", "dst_ids")
 
     def __init__(self, seed, *context, edge_ids=None, dst_ids=None):
-        self.key = int(derive_key(0, _ints((seed, *context), "seed and context")))
+        self.key = int(derive_key(np.uint64(0), _ints((seed, *context), "seed and context")))  # one specialisation
         self.edge_ids = edge_ids
         self.dst_ids = dst_ids
 
