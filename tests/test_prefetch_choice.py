@@ -35,9 +35,10 @@ def test_mean_edge_span_tells_local_graphs_from_random_ones():
 
 def test_source_pass_ahead_thresholds():
     big, far = SMALL_GATHER_BYTES + 1, LOCAL_SPAN_BYTES + 1
-    assert source_pass_ahead(big, far) == PREFETCH_DISTANCE
-    assert source_pass_ahead(SMALL_GATHER_BYTES, far) is None
-    assert source_pass_ahead(big, LOCAL_SPAN_BYTES) is None
+    assert source_pass_ahead(big, lambda: far) == PREFETCH_DISTANCE
+    assert source_pass_ahead(SMALL_GATHER_BYTES, lambda: far) is None
+    assert source_pass_ahead(big, lambda: LOCAL_SPAN_BYTES) is None
+    assert source_pass_ahead(SMALL_GATHER_BYTES, lambda: 1 / 0) is None  # the span's pass is skipped there
 
 
 @pytest.mark.parametrize(

@@ -42,28 +42,25 @@ _LOWEST = -110.0
 _ROUNDER = 6755399441055744.0
 
 
-@intrinsic
-def _bits_of(typingctx, value):
-    """The bit pattern of a float64 as an int64 (a register move that LLVM vectorises)."""
-    if value != types.float64:
-        return None
+def _bitcast(source, target):
+    """An intrinsic that reinterprets a ``source`` value's bits as ``target`` (a register move that LLVM
+    vectorises)."""
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    @intrinsic
+    def cast(typingctx, value):
+        if value != source:
+            return None
 
-    return types.int64(types.float64), codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(target))
+
+        return target(source), codegen
+
+    return cast
 
 
-@intrinsic
-def _float_of(typingctx, bits):
-    """The float64 whose bit pattern is the int64 ``bits``."""
-    if bits != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-
-    return types.float64(types.int64), codegen
+_bits_of = _bitcast(types.float64, types.int64)  # a float64's bit pattern
+_float_of = _bitcast(types.int64, types.float64)  # the float64 with this bit pattern
 
 
 @njit(inline="always", cache=True)

@@ -36,10 +36,13 @@ LOCAL_SPAN_BYTES = 32 << 10
 def source_pass_ahead(gathered_bytes, mean_span_bytes):
     """How many edges ahead the backward source pass prefetches (None: not at all); see SMALL_GATHER_BYTES.
 
-    None rather than 0: the kernels compile the two cases as separate
-    functions, and a run that never prefetches never compiles that one.
+    ``mean_span_bytes`` is a function that returns the span: it is a pass
+    over the graph (and a kernel to compile), called only when the gathered
+    bytes do not decide alone. None rather than 0: the kernels compile the
+    two cases as separate functions, and a run that never prefetches never
+    compiles that one.
     """
-    if gathered_bytes <= SMALL_GATHER_BYTES or mean_span_bytes <= LOCAL_SPAN_BYTES:
+    if gathered_bytes <= SMALL_GATHER_BYTES or mean_span_bytes() <= LOCAL_SPAN_BYTES:
         return None
     return PREFETCH_DISTANCE
 

@@ -27,7 +27,7 @@ from ..kernels import (
     num_att_blocks,
     readonly,
 )
-from ..kernels.prefetch import SMALL_GATHER_BYTES, source_pass_ahead
+from ..kernels.prefetch import source_pass_ahead
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_keep
@@ -122,9 +122,7 @@ def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
     row_bytes = xr[0].nbytes if xr.shape[0] else 0
     edge_bytes = alpha.itemsize * alpha.shape[1] * (3 if edge_scale.shape[0] else 2) + u[:1].nbytes
     gathered = xr.nbytes + g_heads.nbytes + g.nnz * edge_bytes
-    if gathered <= SMALL_GATHER_BYTES:  # no prefetch whatever the span: skip its pass (and its compile)
-        return source_pass_ahead(gathered, 0.0)
-    return source_pass_ahead(gathered, g.mean_edge_span() * row_bytes)
+    return source_pass_ahead(gathered, lambda: g.mean_edge_span() * row_bytes)
 
 
 def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
