@@ -199,3 +199,50 @@ def test_nan_in_a_row_no_edge_reads_is_refused_on_the_fast_path(monkeypatch):
     with pytest.raises(NonFiniteError, match="x must be finite"):
         layer.forward(graph, x)
     assert calls["forward"] == 1  # the fast path saw it and handed over to the general one
+
+
+SHARED_SPECIALISATIONS = """
+import numpy as np
+from numba import types
+from gatfast import CSRGraph, GATv2Layer
+from gatfast.layers import small
+from gatfast.kernels import backward, forward, pairwise
+
+rng = np.random.default_rng(0)
+graph = CSRGraph.from_edge_index(rng.integers(0, 12, (2, 40)), 12)
+layer = GATv2Layer(5, 7, heads=2, seed=0)
+x = rng.standard_normal((12, 5)).astype(np.float32)
+for enabled in (True, False):
+    small.ENABLED = enabled
+    out, cache = layer.forward(graph, x)
+    for form in ("linear", "pairwise"):
+        layer.backward(cache, np.ones_like(out), theta_r=form)
+for kernel in (forward.gatv2_forward_rows, backward.gatv2_backward_target_blocks,
+               backward.gatv2_backward_source_rows, pairwise.gatv2_pairwise_theta_r_rows):
+    sigs = kernel.signatures
+    literal = [s for s in sigs if any(isinstance(t, types.Literal) for t in s)]
+    print(kernel.py_func.__name__, len(sigs), len(literal))
+"""
+
+
+@pytest.mark.slow
+def test_the_small_path_shares_the_general_paths_specialisations(tmp_path):
+    # each extra specialisation of these kernels is seconds of compiling on a first run (a literal 0
+    # or a writable gradient from inside the small kernels made one each); with an empty cache every
+    # specialisation compiles, nested ones included, and shows in the kernel's signatures
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "specialisations.py"
+    script.write_text(SHARED_SPECIALISATIONS)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, env=env)
+    assert run.returncode == 0, run.stderr
+    counts = {name: (int(n), int(lit)) for name, n, lit in (line.split() for line in run.stdout.splitlines())}
+    assert counts == {
+        "gatv2_forward_rows": (1, 0),
+        "gatv2_backward_target_blocks": (1, 0),
+        "gatv2_backward_source_rows": (1, 0),
+        "gatv2_pairwise_theta_r_rows": (1, 0),
+    }

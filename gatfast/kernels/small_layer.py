@@ -21,6 +21,7 @@ from numba import njit
 from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks
 from .dense_small import project2, project2_backward
 from .forward import gatv2_forward_rows
+from .frozen import frozen
 from .pairwise import gatv2_pairwise_theta_r_rows
 
 
@@ -41,7 +42,8 @@ def small_layer_forward(
             if not math.isfinite(x[i, k]):
                 return False
     project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
-    gatv2_forward_rows(0, n, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, per_head)
+    # a first row typed int64, not the literal 0: the general path's specialisation, compiled once
+    gatv2_forward_rows(np.int64(0), n, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, per_head)
     concat = out.shape[1] == heads * channels
     inv = xl.dtype.type(heads)
     finite = True
@@ -133,8 +135,11 @@ def small_layer_backward(
         for i in range(1, n):
             for c in range(grad_out.shape[1]):
                 grad_bias[c] += grad_out[i, c]
+    # int64 and read-only, as from the general path: its specialisations, not a second compile of each
+    first = np.int64(0)
+    grad = frozen(g_heads)
     gatv2_backward_target_blocks(
-        0,
+        first,
         att_part.shape[0],
         indptr,
         indices,
@@ -145,14 +150,14 @@ def small_layer_backward(
         kind,
         edge_scale,
         alpha,
-        g_heads,
+        grad,
         upstream,
         delta,
         p_term,
         att_part,
     )
     gatv2_backward_source_rows(
-        0,
+        first,
         n,
         src_indptr,
         src_edges,
@@ -166,7 +171,7 @@ def small_layer_backward(
         edge_scale,
         alpha,
         delta,
-        g_heads,
+        grad,
         q_term,
     )
     for h in range(heads):  # numpy's sum over the blocks: in block order
@@ -178,7 +183,7 @@ def small_layer_backward(
                 grad_att[h, c] += att_part[b, h, c]
     if pairwise:
         gatv2_pairwise_theta_r_rows(
-            0,
+            first,
             n,
             indptr,
             indices,
