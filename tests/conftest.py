@@ -9,6 +9,10 @@ import pytest
 # ``import naive`` works whatever pytest's import mode is.
 sys.path.insert(0, os.path.dirname(__file__))
 
+# No first-run compile helper behind the tests' many ``gatfast train`` calls (and their subprocesses):
+# it would compete for the cores; tests/test_precompile.py tests it on its own.
+os.environ["GATFAST_PRECOMPILE"] = "0"
+
 try:
     from hypothesis import HealthCheck, settings
 

@@ -27,7 +27,10 @@ def print_metrics(metrics):
 
 
 def cmd_train(args):
+    from .._precompile import start_helper
     from ..training import train
+
+    start_helper(args.dataset)  # with an empty kernel cache: a second process compiles from the other end
 
     options = {
         k: v
