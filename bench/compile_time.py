@@ -9,6 +9,10 @@ In each it measures ``import gatfast``, the first forward + backward of one
 layer on a small dense graph, and then the first training step of the
 2-layer network on a slice of Cora (sparse features, dropout, Adam), which
 needs further kernel specialisations (sparse products, attention dropout).
+Then whole first ``gatfast train`` runs, the README's command and Cora's:
+each cold (a new empty cache) with the first-run compile helper
+(``gatfast/_precompile.py``) and without it (``GATFAST_PRECOMPILE=0``),
+alternating, ``--train-rounds`` times (0: none), and once warm.
 Results go to ``compile_time.md`` and ``compile_time.json`` in ``--out``
 (default ``runs/bench/compile_time/``, untracked; the tracked
 ``bench/results/`` only with ``--update-results``). Both children run with
@@ -91,6 +95,69 @@ def run(cache_dir, threads):
     return out
 
 
+TRAIN_RUNS = {
+    "gatfast train": ["train"],
+    "gatfast train --dataset cora --epochs 3": ["train", "--dataset", "cora", "--epochs", "3"],
+}
+
+
+def train_wall(argv, cache_dir, threads, helper):
+    """Seconds of one ``gatfast`` process, interpreter start to exit, on ``cache_dir``."""
+    env = dict(
+        os.environ,
+        NUMBA_CACHE_DIR=str(cache_dir),
+        NUMBA_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        OPENBLAS_NUM_THREADS=str(threads),
+        OMP_WAIT_POLICY="PASSIVE",
+        GATFAST_PRECOMPILE="1" if helper else "0",
+    )
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "gatfast", *argv, "--quiet"], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise RuntimeError(f"gatfast {' '.join(argv)} failed with exit code {proc.returncode}")
+    return wall
+
+
+def train_runs(rounds, threads):
+    """``{command: {"cold_helper": [s...], "cold_alone": [s...], "warm": s}}``, cold runs alternating."""
+    res = {}
+    for label, argv in TRAIN_RUNS.items():
+        res[label] = {"cold_helper": [], "cold_alone": []}
+        for _ in range(rounds):
+            for helper in (True, False):
+                cache_dir = Path(tempfile.mkdtemp(prefix="gatfast-numba-cache-"))
+                try:
+                    wall = train_wall(argv, cache_dir, threads, helper)
+                    res[label]["cold_helper" if helper else "cold_alone"].append(wall)
+                    if helper and "warm" not in res[label]:
+                        res[label]["warm"] = train_wall(argv, cache_dir, threads, helper)
+                finally:
+                    shutil.rmtree(cache_dir, ignore_errors=True)
+    return res
+
+
+def train_markdown(train):
+    def fmt(values):
+        return " / ".join(f"{v:.1f}" for v in values)
+
+    lines = [
+        "First `gatfast train` runs, interpreter start to exit (s): cold runs alternate with and without the "
+        "compile helper, each on a new empty cache; warm: the same command again on a filled cache.",
+        "",
+        "| command | cold, helper | cold, `GATFAST_PRECOMPILE=0` | warm |",
+        "|---|---:|---:|---:|",
+    ]
+    for label, r in train.items():
+        lines.append(f"| `{label}` | {fmt(r['cold_helper'])} | {fmt(r['cold_alone'])} | {r['warm']:.1f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def markdown(res, meta):
     rows = [
         ("import gatfast", "import_s"),
@@ -124,6 +191,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     outdirs.add_options(parser, "compile_time")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--train-rounds", type=int, default=2, help="cold gatfast train runs of each kind")
     args = parser.parse_args(argv)
     out = outdirs.resolve_out(parser, args, "compile_time")
     cache_dir = Path(tempfile.mkdtemp(prefix="gatfast-numba-cache-"))
@@ -131,6 +199,8 @@ def main(argv=None):
         res = {"cold": run(cache_dir, args.threads), "warm": run(cache_dir, args.threads)}
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+    if args.train_rounds > 0:
+        res["train"] = train_runs(args.train_rounds, args.threads)
     import numba
     from rooflib.cpu import CPU
 
@@ -143,7 +213,7 @@ def main(argv=None):
         "command": " ".join(["python", "bench/compile_time.py", *(sys.argv[1:] if argv is None else argv)]),
     }
     out.mkdir(parents=True, exist_ok=True)
-    text = markdown(res, meta)
+    text = markdown(res, meta) + ("\n" + train_markdown(res["train"]) if "train" in res else "")
     atomic_write_text(out / "compile_time.md", text)  # the permissions of the file replaced, or the umask's
     atomic_write_text(out / "compile_time.json", json.dumps({"meta": meta, **res}, indent=1))
     print(text)

@@ -444,6 +444,8 @@ def test_compile_time_report():
                    "process_wall_s": 12.0} for state in ("cold", "warm")}
     text = compile_time.markdown(res, {"date": "d", "threads": 2, "numba": "0", "command": "python x"})
     assert "| 9.000 | 0.300 |" in text and "`python x`" in text
+    train = {"gatfast train": {"cold_helper": [7.25, 8.0], "cold_alone": [12.0, 13.5], "warm": 2.04}}
+    assert "| `gatfast train` | 7.2 / 8.0 | 12.0 / 13.5 | 2.0 |" in compile_time.train_markdown(train)
 
 
 def test_bench_suites_skip_cleanly_without_pytest_benchmark(tmp_path):
