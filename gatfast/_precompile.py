@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ._runtime import compiled_or_cached
+
 __all__ = ["MANIFEST", "RECORDED_RUNS", "compile_backwards", "load_manifest", "start_helper"]
 
 MANIFEST = Path(__file__).with_name("precompile.json")
@@ -106,14 +108,6 @@ def load_manifest(dataset=None, path=MANIFEST):
     return entries
 
 
-def _in_cache(dispatcher):
-    """Whether Numba's cache has an index for ``dispatcher`` (any argument types)."""
-    try:
-        return os.path.exists(dispatcher._cache._cache_file._index_path)
-    except AttributeError:  # another Numba's internals: assume a warm cache, start nothing
-        return True
-
-
 _running = []  # this process's helper: one at a time (a program may call ``gatfast.cli.main`` often)
 
 
@@ -122,7 +116,7 @@ def start_helper(dataset=None):
     if os.environ.get(ENV_SWITCH, "1") == "0" or any(h.poll() is None for h in _running):
         return None
     entries = load_manifest(dataset)
-    if not entries or _in_cache(entries[-1][0]):
+    if not entries or compiled_or_cached(entries[-1][0]):
         return None
     helper = subprocess.Popen(
         [

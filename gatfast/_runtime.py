@@ -310,3 +310,18 @@ def compile_notice(key, delay=1.0, stream=None):
         return _NOTHING
     _seen_keys.add(key)
     return _Notice(delay, stream)
+
+
+def compiled_or_cached(kernel):
+    """Whether ``kernel`` (a Numba dispatcher) has run in this process or has a Numba cache index.
+
+    A cache index stands for "loads in milliseconds, not seconds of compiling";
+    it may hold other argument types only. Numba internals that moved count
+    as cached: the caller then does what it did before this test existed.
+    """
+    if kernel.signatures:
+        return True
+    try:
+        return os.path.exists(kernel._cache._cache_file._index_path)
+    except AttributeError:
+        return True

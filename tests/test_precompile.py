@@ -91,9 +91,9 @@ def test_the_helper_starts_only_with_a_cold_cache_and_not_when_switched_off(monk
     monkeypatch.setattr(_precompile, "_running", [])
     monkeypatch.setattr(_precompile.subprocess, "Popen", lambda *a, **k: started.append(a) or None)
     monkeypatch.setattr(_precompile.atexit, "register", lambda *a: None)
-    monkeypatch.setattr(_precompile, "_in_cache", lambda d: True)
+    monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: True)
     assert _precompile.start_helper("karate") is None and not started
-    monkeypatch.setattr(_precompile, "_in_cache", lambda d: False)
+    monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: False)
     monkeypatch.setenv(_precompile.ENV_SWITCH, "0")
     assert _precompile.start_helper("karate") is None and not started
     monkeypatch.delenv(_precompile.ENV_SWITCH)
@@ -103,7 +103,7 @@ def test_the_helper_starts_only_with_a_cold_cache_and_not_when_switched_off(monk
 
 def test_one_helper_at_a_time(monkeypatch):
     monkeypatch.delenv(_precompile.ENV_SWITCH, raising=False)
-    monkeypatch.setattr(_precompile, "_in_cache", lambda d: False)
+    monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: False)
     monkeypatch.setattr(_precompile.atexit, "register", lambda *a: None)
     busy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     monkeypatch.setattr(_precompile, "_running", [busy])

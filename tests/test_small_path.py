@@ -18,6 +18,12 @@ CONFIGS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def compile_at_once(monkeypatch):
+    # these tests compare the paths from the first call, with the kernels cached or not
+    monkeypatch.setattr(small, "COMPILE_AFTER_CALLS", 0)
+
+
 def _id(cfg):
     return "-".join(f"{k}={v}" for k, v in cfg.items())
 
@@ -208,6 +214,7 @@ from gatfast import CSRGraph, GATv2Layer
 from gatfast.layers import small
 from gatfast.kernels import backward, forward, pairwise
 
+small.COMPILE_AFTER_CALLS = 0  # the one-call kernels from the first call, as with a warm cache
 rng = np.random.default_rng(0)
 graph = CSRGraph.from_edge_index(rng.integers(0, 12, (2, 40)), 12)
 layer = GATv2Layer(5, 7, heads=2, seed=0)
@@ -246,3 +253,34 @@ def test_the_small_path_shares_the_general_paths_specialisations(tmp_path):
         "gatv2_backward_source_rows": (1, 0),
         "gatv2_pairwise_theta_r_rows": (1, 0),
     }
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_uncached_kernels_wait_for_enough_small_calls(monkeypatch, cached):
+    # compiling the one-call kernels costs seconds: without them in the cache, a process makes
+    # COMPILE_AFTER_CALLS small calls on the general path first (the same bits either way)
+    from gatfast import _runtime
+
+    monkeypatch.setattr(small, "COMPILE_AFTER_CALLS", 3)
+    monkeypatch.setattr(small, "_waiting", {})
+    monkeypatch.setattr(_runtime, "compiled_or_cached", lambda kernel: cached)
+    rng = np.random.default_rng(6)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, heads=2, seed=0)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    calls = count_calls(monkeypatch)
+    seen, results = [], []
+    for _ in range(5):
+        out, cache = layer.forward(graph, x)
+        grads = layer.backward(cache, np.ones_like(out))
+        seen.append((calls["forward"], calls["backward"]))
+        results.append((out.tobytes(), {k: v.tobytes() for k, v in grads.items()}))
+    if cached:
+        assert seen == [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]
+    else:
+        assert seen == [(0, 0), (0, 0), (0, 0), (1, 1), (2, 2)]
+    assert all(r == results[0] for r in results)
+    big = CSRGraph.from_edge_index(rng.integers(0, 1000, (2, 3000)), 1000)  # not small: not counted
+    monkeypatch.setattr(small, "_waiting", {})
+    layer.forward(big, rng.standard_normal((1000, 4)).astype(np.float32))
+    assert small._waiting == {}
