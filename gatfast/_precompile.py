@@ -3,19 +3,24 @@
 With an empty Numba cache a first run spends most of its time compiling,
 one kernel after another on one core (Numba compiles under a process-wide
 lock). :func:`start_helper` starts a helper process that compiles the
-kernels of a typical run, listed with their argument types in
-``precompile.json``, from the last one a run needs to the first, and
-saves each to the cache; the run compiles from the first, and loads from
-the cache whatever the helper has finished by the time it gets there. The
-helper stops where the two meet (a kernel already in the cache), when the
-run exits (it is terminated), or when its parent is gone.
+kernels of the run, recorded with their argument types in
+``precompile.json``, from the last one the run needs back to the first,
+and saves each to the cache; the run compiles from the first, and loads
+from the cache whatever the helper has finished by the time it gets there.
+The helper stops where the two meet (a kernel already in the cache), when
+the run exits (it is terminated), and at once when the run dies (its
+stdin, a pipe from the run, closes).
 
 It changes no result: the kernels are the same, only who compiles them.
-Numba writes its cache files atomically, so the two processes can share
-it. The helper starts only when the cache lacks the list's last kernel,
-never when ``GATFAST_PRECOMPILE=0``. ``python -m gatfast._precompile
---record`` rewrites the list from cold runs of the commands in
-:data:`RECORDED_RUNS` (after a kernel's arguments change).
+Numba writes each cache file atomically (a temporary file, then a rename),
+and two processes may save the *same* entries at once; two processes
+adding *different* entries of one kernel at the same moment can leave its
+index pointing at the other's code. So the helper starts only for a run
+whose entries it has exactly: a recorded dataset (:data:`RECORDED_RUNS`)
+in float32 without another recipe, and never with ``GATFAST_PRECOMPILE=0``.
+``python -m gatfast._precompile --record`` rewrites the list from cold
+runs of :data:`RECORDED_RUNS` (after a kernel's arguments change;
+``tests/test_precompile.py`` fails until then).
 """
 
 from __future__ import annotations
@@ -27,11 +32,20 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from ._runtime import compiled_or_cached
 
-__all__ = ["MANIFEST", "RECORDED_RUNS", "compile_backwards", "load_manifest", "start_helper"]
+__all__ = [
+    "MANIFEST",
+    "RECORDED_RUNS",
+    "compile_backwards",
+    "decode_type",
+    "encode_type",
+    "load_manifest",
+    "start_helper",
+]
 
 MANIFEST = Path(__file__).with_name("precompile.json")
 #: The runs whose kernels the list holds, by dataset: the README's first command, and the shipped and
@@ -45,7 +59,7 @@ RECORDED_RUNS = {
 ENV_SWITCH = "GATFAST_PRECOMPILE"
 
 
-def _encode(t):
+def encode_type(t):
     """A Numba argument type as JSON, or None for a type the list does not hold."""
     from numba.core import types
 
@@ -57,7 +71,7 @@ def _encode(t):
     return None
 
 
-def _decode(item):
+def decode_type(item):
     from numba.core import types
 
     if isinstance(item, dict):
@@ -96,46 +110,84 @@ def load_manifest(dataset=None, path=MANIFEST):
     no longer exists is skipped: the list only speeds a first run up, it
     never decides what runs.
     """
+    from numba.core.dispatcher import Dispatcher
+
     try:
         kernels = _kernel_lists(path, dataset)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except Exception:  # a list that cannot be read helps nothing, and must stop nothing
         return []
     entries = []
     for entry in kernels:
         try:
             module, name = entry["kernel"].rsplit(".", 1)
             dispatcher = getattr(importlib.import_module(module), name)
-            entries.append((dispatcher, tuple(_decode(a) for a in entry["args"])))
-        except (ImportError, AttributeError, KeyError, TypeError, ValueError):
+            if module.startswith("gatfast.kernels.") and isinstance(dispatcher, Dispatcher):
+                entries.append((dispatcher, tuple(decode_type(a) for a in entry["args"])))
+        except Exception:  # e.g. a layout or dtype name this Numba does not know
             continue
     return entries
 
 
 _running = []  # this process's helper: one at a time (a program may call ``gatfast.cli.main`` often)
 
+# The helper imports gatfast from the parent's own sys.path: ``python -m`` would put the working
+# directory first, where another checkout may lie. Its stdin is a pipe the parent never writes to:
+# end of file means the parent is gone, however it died.
+_HELPER = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    "from gatfast._precompile import main; sys.exit(main(sys.argv[2:]))"
+)
 
-def start_helper(dataset=None):
-    """Start the helper for a run on ``dataset`` when the cache lacks its list's last kernel; the process, or None."""
-    if os.environ.get(ENV_SWITCH, "1") == "0" or any(h.poll() is None for h in _running):
+
+def _cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 1
+
+
+def start_helper(dataset, dtype="float32"):
+    """Start the helper for a run on ``dataset``; the process, or None where it would not help.
+
+    Only for a recorded dataset in the recorded dtype (float32), with two or
+    more usable CPUs, an empty cache for the list's last kernel and no helper
+    already running. Another configuration would compile other argument
+    types of the same kernels at the same time as the helper, and Numba's
+    cache index is not safe for two processes adding different entries of
+    one kernel at once. Any failure to start is ignored: the run compiles
+    alone, as without the helper.
+    """
+    if (
+        os.environ.get(ENV_SWITCH, "1") == "0"
+        or dataset not in RECORDED_RUNS
+        or str(dtype) != "float32"
+        or _cpus() < 2
+        or getattr(sys, "frozen", False)
+        or not sys.executable
+        or any(h.poll() is None for h in _running)
+    ):
         return None
-    entries = load_manifest(dataset)
-    if not entries or compiled_or_cached(entries[-1][0]):
+    try:
+        entries = load_manifest(dataset)
+        if not entries or compiled_or_cached(entries[-1][0]):
+            return None
+        helper = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _HELPER,
+                json.dumps(sys.path),
+                f"--parent={os.getpid()}",
+                f"--dataset={dataset}",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    except Exception:
         return None
-    helper = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gatfast._precompile",
-            "--parent",
-            str(os.getpid()),
-            "--dataset",
-            str(dataset),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     atexit.register(_stop, helper)
+    threading.Thread(target=helper.wait, daemon=True).start()  # reaped when it ends, not at exit
     _running[:] = [helper]
     return helper
 
@@ -147,6 +199,15 @@ def _stop(helper):
             helper.wait(timeout=5)
         except subprocess.TimeoutExpired:
             helper.kill()
+
+
+def _exit_with_parent():
+    """In the helper: leave at once when the parent's end of stdin closes (it exited or was killed)."""
+    try:
+        sys.stdin.buffer.read()
+    except (OSError, ValueError, AttributeError):
+        return  # no usable stdin: the check between kernels remains
+    os._exit(0)
 
 
 def compile_backwards(entries, parent=None, stop_at_cached=True):
@@ -181,12 +242,12 @@ class Recorder(event.Listener):
     def on_end(self, ev):
         pass
 event.register("numba:compile", Recorder())
-from gatfast._precompile import _encode
+from gatfast._precompile import encode_type
 from gatfast.cli import main
 status = main(sys.argv[2:] + ["--quiet"])
 out = []
 for kernel, args in calls:
-    encoded = [_encode(a) for a in args]
+    encoded = [encode_type(a) for a in args]
     if kernel.startswith("gatfast.") and None not in encoded:
         out.append({"kernel": kernel, "args": encoded})
 with open(sys.argv[1], "w") as fh:
@@ -225,6 +286,8 @@ def main(argv=None):
     if args.record:
         print(f"{record()} kernels written to {MANIFEST}")
         return 0
+    if args.parent is not None:
+        threading.Thread(target=_exit_with_parent, daemon=True).start()
     try:
         compile_backwards(load_manifest(args.dataset), parent=args.parent, stop_at_cached=not args.all)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the run stops, so does this

@@ -29,6 +29,16 @@ except ImportError:  # pragma: no cover - hypothesis is a test dependency
     pass
 
 
+@pytest.fixture(autouse=True)
+def _small_layers_take_their_kernels_at_once(monkeypatch):
+    # a fresh checkout's empty cache would keep the one-call kernels of small layers off for the
+    # first 1000 small calls of the session (gatfast/layers/small.py), and with them the fast path
+    # that tests of small layers mean to cover; tests of that rule set it back themselves
+    from gatfast.layers import small
+
+    monkeypatch.setattr(small, "COMPILE_AFTER_CALLS", 0)
+
+
 @pytest.fixture
 def rng():
     """A fresh, seeded generator per test."""

@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+import types as pytypes
 
 import pytest
 from numba.core import types
@@ -46,14 +48,14 @@ def test_the_merged_list_ends_with_what_every_run_needs_last():
     ids=str,
 )
 def test_argument_types_survive_the_json(t):
-    assert _precompile._decode(json.loads(json.dumps(_precompile._encode(t)))) == t
+    assert _precompile.decode_type(json.loads(json.dumps(_precompile.encode_type(t)))) == t
 
 
 def test_literals_are_kept_as_their_type_and_other_types_left_out():
-    assert _precompile._encode(types.IntegerLiteral(0)) == "int64"
-    assert _precompile._encode(types.unicode_type) is None
+    assert _precompile.encode_type(types.IntegerLiteral(0)) == "int64"
+    assert _precompile.encode_type(types.unicode_type) is None
     with pytest.raises((AttributeError, ValueError)):
-        _precompile._decode("Array")  # a name of numba.types that is not a scalar type
+        _precompile.decode_type("Array")  # a name of numba.types that is not a scalar type
 
 
 def test_an_unreadable_list_or_a_missing_kernel_gives_what_remains(tmp_path):
@@ -69,58 +71,102 @@ def test_an_unreadable_list_or_a_missing_kernel_gives_what_remains(tmp_path):
         ],
     }
     gone = {"kernel": "gatfast.kernels.reduce.no_such_kernel", "args": ["int64"]}
-    path.write_text(
-        json.dumps(
-            {
-                "runs": {
-                    "x": [
-                        gone,
-                        good,
-                        {"kernel": "gatfast.kernels.reduce.column_sums", "args": ["complex128"]},
-                    ]
-                }
-            }
-        )
-    )
+    unknown_type = {"kernel": "gatfast.kernels.reduce.column_sums", "args": ["complex128"]}
+    bad_layout = {"kernel": "gatfast.kernels.reduce.column_sums", "args": [dict(good["args"][0], layout="Z")]}
+    not_a_kernel = {"kernel": "gatfast.kernels.readonly", "args": []}  # a plain function
+    entries = [gone, good, unknown_type, bad_layout, not_a_kernel]
+    path.write_text(json.dumps({"runs": {"x": entries}}))
     entries = _precompile.load_manifest("x", path=path)
     assert [(d.py_func.__name__, len(a)) for d, a in entries] == [("column_sums", 2)]
 
 
-def test_the_helper_starts_only_with_a_cold_cache_and_not_when_switched_off(monkeypatch):
-    started = []
+class FakeProcess:
+    pid = 0
+
+    def __init__(self, *args, **kwargs):
+        self.args = args[0]
+
+    def poll(self):
+        return 0
+
+    def wait(self, timeout=None):
+        return 0
+
+
+@pytest.fixture
+def spawn(monkeypatch):
+    """Start no real helper: record what start_helper would start and what it registers at exit."""
+    seen = {"started": [], "at_exit": []}
+    monkeypatch.delenv(_precompile.ENV_SWITCH, raising=False)  # tests/conftest.py switches it off
     monkeypatch.setattr(_precompile, "_running", [])
-    monkeypatch.setattr(_precompile.subprocess, "Popen", lambda *a, **k: started.append(a) or None)
-    monkeypatch.setattr(_precompile.atexit, "register", lambda *a: None)
-    monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: True)
-    assert _precompile.start_helper("karate") is None and not started
+    monkeypatch.setattr(_precompile, "_cpus", lambda: 2)
     monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: False)
-    monkeypatch.setenv(_precompile.ENV_SWITCH, "0")
-    assert _precompile.start_helper("karate") is None and not started
-    monkeypatch.delenv(_precompile.ENV_SWITCH)
-    _precompile.start_helper("cora")
-    assert started and started[0][0][-4:] == ["--parent", str(os.getpid()), "--dataset", "cora"]
+
+    def popen(*args, **kwargs):
+        seen["started"].append(FakeProcess(*args))
+        return seen["started"][-1]
+
+    monkeypatch.setattr(_precompile.subprocess, "Popen", popen)
+    monkeypatch.setattr(_precompile.atexit, "register", lambda *a: seen["at_exit"].append(a))
+    return seen
 
 
-def test_one_helper_at_a_time(monkeypatch):
-    monkeypatch.delenv(_precompile.ENV_SWITCH, raising=False)
-    monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: False)
-    monkeypatch.setattr(_precompile.atexit, "register", lambda *a: None)
-    busy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+def test_the_helper_starts_for_a_recorded_float32_run_on_an_empty_cache(spawn, monkeypatch):
+    helper = _precompile.start_helper("cora")
+    assert spawn["started"] == [helper]
+    assert helper.args[-2:] == [f"--parent={os.getpid()}", "--dataset=cora"]
+    assert json.loads(helper.args[3]) == sys.path  # gatfast from the parent's path, not the cwd's
+    assert spawn["at_exit"] == [(_precompile._stop, helper)]  # stopped when the run exits
+
+
+@pytest.mark.parametrize(
+    "case", ["cached", "switched off", "other dataset", "float64", "one cpu", "frozen", "fails to start"]
+)
+def test_the_helper_does_not_start_where_it_cannot_help(spawn, monkeypatch, case):
+    dataset, dtype = "karate", "float32"
+    if case == "cached":
+        monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: True)
+    elif case == "switched off":
+        monkeypatch.setenv(_precompile.ENV_SWITCH, "0")
+    elif case == "other dataset":  # its kernels' argument types are not known: a race in Numba's index
+        dataset = "csbm"
+    elif case == "float64":
+        dtype = "float64"
+    elif case == "one cpu":
+        monkeypatch.setattr(_precompile, "_cpus", lambda: 1)
+    elif case == "frozen":
+        monkeypatch.setattr(sys, "frozen", True, raising=False)
+    else:
+
+        def fail(*args, **kwargs):
+            raise OSError("no processes left")
+
+        monkeypatch.setattr(_precompile.subprocess, "Popen", fail)
+    assert _precompile.start_helper(dataset, dtype) is None
+    assert spawn["started"] == [] and spawn["at_exit"] == []
+
+
+def test_one_helper_at_a_time(spawn, monkeypatch):
+    busy = FakeProcess([])
+    busy.poll = lambda: None  # still running
     monkeypatch.setattr(_precompile, "_running", [busy])
-    try:
-        assert _precompile.start_helper("karate") is None
-    finally:
-        _precompile._stop(busy)
+    assert _precompile.start_helper("karate") is None and spawn["started"] == []
+    busy.poll = lambda: 0  # done: the next run may start one
+    assert _precompile.start_helper("karate") is not None
 
 
-def test_gatfast_train_starts_the_helper_for_its_dataset(monkeypatch, capsys):
+def test_gatfast_train_starts_the_helper_after_checking_its_arguments(monkeypatch):
     from gatfast.cli import main
 
     asked = []
-    monkeypatch.setattr(_precompile, "start_helper", asked.append)
+    monkeypatch.setattr(_precompile, "start_helper", lambda *a: asked.append(a))
     assert main(["train", "--epochs", "1", "--quiet"]) == 0
-    assert main(["train", "--dataset", "mutag", "--epochs", "1", "--quiet"]) == 0
-    assert asked == ["karate", "mutag"]
+    assert main(["train", "--dataset", "mutag", "--epochs", "1", "--dtype", "float64", "--quiet"]) == 0
+    assert main(["train", "--dataset", "cora", "--nodes", "5", "--quiet"]) == 2  # refused: no helper
+    assert (
+        main(["train", "--dataset", "mutag", "--preset", "tu", "--epochs", "1", "--quiet"]) == 0
+    )  # a recipe: none
+    assert asked == [("karate", "float32"), ("mutag", "float64")]
 
 
 def test_the_helper_is_stopped_when_the_run_exits():
@@ -129,9 +175,62 @@ def test_the_helper_is_stopped_when_the_run_exits():
     assert helper.poll() is not None
 
 
-def test_the_helper_stops_when_its_parent_is_gone():
-    entries = _precompile.load_manifest("karate")
-    assert _precompile.compile_backwards(entries, parent=-1) == 0  # no process has pid -1: not the parent
+class FakeKernel:
+    """Records compile calls; ``cached`` says whether the cache already holds it."""
+
+    def __init__(self, name, cached, log):
+        self.name, self.cached, self.log = name, cached, log
+        self.stats = pytypes.SimpleNamespace(cache_hits={})
+
+    def compile(self, args):
+        self.log.append(self.name)
+        if self.cached:
+            self.stats.cache_hits[args] = self.stats.cache_hits.get(args, 0) + 1
+
+
+def test_the_helper_compiles_from_the_last_kernel_and_stops_where_the_run_is(monkeypatch):
+    log = []
+    entries = [(FakeKernel(n, n in "ab", log), ()) for n in "abcd"]  # the run has a and b already
+    assert _precompile.compile_backwards(entries) == 2
+    assert log == ["d", "c", "b"]  # b was cached: the run got there, so the helper stops
+    log.clear()
+    assert _precompile.compile_backwards(entries, stop_at_cached=False) == 2 and log == list("dcba")
+    log.clear()
+    assert _precompile.compile_backwards(entries, parent=os.getppid()) == 2 and log == list("dcb")
+    log.clear()
+    assert _precompile.compile_backwards(entries, parent=-1) == 0 and log == []  # not its parent: done
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "zombie" in fh.read()  # exited, waiting for a reaper that may not exist here
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+def test_a_killed_run_takes_its_helper_with_it(tmp_path):
+    # the run starts a helper on an empty cache and dies without any cleanup (os._exit, as SIGKILL):
+    # the helper sees its stdin close and leaves at once, in the middle of a kernel's compile
+    parent = (
+        "import os, sys\n"
+        "from gatfast import _precompile\n"
+        "helper = _precompile.start_helper('karate')\n"
+        "print(helper.pid if helper else -1, flush=True)\n"
+        "import time; time.sleep(3)\n"  # the helper is compiling by now
+        "os._exit(0)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != _precompile.ENV_SWITCH}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+    run = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, env=env, timeout=120)
+    pid = int(run.stdout.split()[0])
+    if pid < 0:
+        pytest.skip("no helper started here (one CPU)")
+    deadline = time.monotonic() + 1.0  # between kernels alone could take seconds (the biggest: 2 s)
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(pid)
 
 
 COMPILES_OF_A_RUN = """

@@ -18,12 +18,6 @@ CONFIGS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def compile_at_once(monkeypatch):
-    # these tests compare the paths from the first call, with the kernels cached or not
-    monkeypatch.setattr(small, "COMPILE_AFTER_CALLS", 0)
-
-
 def _id(cfg):
     return "-".join(f"{k}={v}" for k, v in cfg.items())
 
@@ -262,6 +256,7 @@ def test_uncached_kernels_wait_for_enough_small_calls(monkeypatch, cached):
     from gatfast import _runtime
 
     monkeypatch.setattr(small, "COMPILE_AFTER_CALLS", 3)
+    monkeypatch.setattr(small, "_decided", set())
     monkeypatch.setattr(small, "_waiting", {})
     monkeypatch.setattr(_runtime, "compiled_or_cached", lambda kernel: cached)
     rng = np.random.default_rng(6)
@@ -281,6 +276,26 @@ def test_uncached_kernels_wait_for_enough_small_calls(monkeypatch, cached):
         assert seen == [(0, 0), (0, 0), (0, 0), (1, 1), (2, 2)]
     assert all(r == results[0] for r in results)
     big = CSRGraph.from_edge_index(rng.integers(0, 1000, (2, 3000)), 1000)  # not small: not counted
+    monkeypatch.setattr(small, "_decided", set())
     monkeypatch.setattr(small, "_waiting", {})
     layer.forward(big, rng.standard_normal((1000, 4)).astype(np.float32))
-    assert small._waiting == {}
+    assert small._waiting == {} and small._decided == set()
+
+
+def test_the_one_call_kernels_first_call_is_under_the_compile_notice(monkeypatch):
+    # the compile after COMPILE_AFTER_CALLS small calls takes seconds: the notice must cover it,
+    # not a call that went the general way before
+    from gatfast import _runtime
+
+    keys = []
+    real = _runtime.compile_notice
+    monkeypatch.setattr(_runtime, "compile_notice", lambda key, *a: keys.append(key) or real(("test", key)))
+    monkeypatch.setattr(small, "_called", set())
+    rng = np.random.default_rng(7)
+    graph = naive.mixed_graph(rng)
+    layer = GATv2Layer(4, 3, seed=0)
+    x = rng.standard_normal((graph.num_nodes, 4)).astype(np.float32)
+    for _ in range(2):
+        out, cache = layer.forward(graph, x)
+        layer.backward(cache, np.ones_like(out))
+    assert keys == [("small_forward", "f"), ("small_backward", "f")]

@@ -30,8 +30,6 @@ def cmd_train(args):
     from .._precompile import start_helper
     from ..training import train
 
-    start_helper(args.dataset)  # with an empty kernel cache: a second process compiles from the other end
-
     options = {
         k: v
         for k, v in vars(args).items()
@@ -40,6 +38,8 @@ def cmd_train(args):
     generated = {k[len("gen_") :]: v for k, v in vars(args).items() if k.startswith("gen_")}
     _check_generator_flags(args.dataset, generated)
     config = TrainConfig.preset(args.preset, **options) if args.preset else None
+    if not args.preset:  # with an empty kernel cache: a second process compiles from the other end
+        start_helper(args.dataset, options.get("dtype", "float32"))
     result = train(args.dataset, config, dataset_options=generated or None, **options)
     print("final metrics:")
     print_metrics(result.metrics)

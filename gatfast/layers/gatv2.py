@@ -298,8 +298,7 @@ class GATv2Layer:
         (its input, or a checked layer output after activation and dropout; an overflow there shows in
         this layer's output check)."""
         if rng is None or isinstance(rng, (np.random.Generator, RandomKeys)):
-            with _runtime.compile_notice(("small_forward", self.dtype.char)):
-                fast = small.forward(self, graph, x, edge_attr, training)
+            fast = small.forward(self, graph, x, edge_attr, training)
             if fast is not None:
                 return fast
         inputs = resolve_inputs(self, graph, x, edge_attr, x_finite)
@@ -380,8 +379,7 @@ class GATv2Layer:
             V.check_choice(theta_r, "theta_r", set(THETA_R_FORMS))  # raises, naming the choices
         pairwise = theta_r == "pairwise"
         # a small plain layer takes one kernel call, with grad_out checked as it is read
-        with _runtime.compile_notice(("small_backward", self.dtype.char)):
-            grads = small.backward(self, cache, grad_out, pairwise)
+        grads = small.backward(self, cache, grad_out, pairwise)
         if grads is not None:
             return grads
         checked = V.check_dense(grad_out, "grad_out", (cache.graph.num_dst, self.out_dim), self.dtype, not grad_finite)

@@ -35,28 +35,44 @@ __all__ = ["ENABLED", "backward", "forward"]
 #: Switch for the tests, which compare both paths bit for bit.
 ENABLED = True
 
-#: Small calls a process makes on the general path before it compiles the one-call kernel
-#: (with an empty cache, 2.0 s forward and 2.7 s backward on a 2-core AMD EPYC, against about
-#: 20 us saved per call) when Numba's cache does not have it already.
+#: Small calls a process makes on the general path before it compiles a one-call kernel that
+#: Numba's cache does not have (any entry counts, whatever its dtype). With an empty cache the two
+#: kernels take 2.0 s (forward) and 2.7 s (backward) to compile on a 2-core AMD EPYC and save about
+#: 20 us a call: a process with this many small calls is a stream of scenes, which pays it back in
+#: its later processes (the kernels then load from the cache in milliseconds) if not in this one.
 COMPILE_AFTER_CALLS = 1000
 
 _KERNELS = {"forward": small_layer_forward, "backward": small_layer_backward}
-_waiting = {}  # "forward" / "backward" -> small calls so far while its kernel was neither compiled nor cached
+_decided = set()  # the ways ("forward", "backward") this process takes its one-call kernel for
+_waiting = {}  # way -> small calls so far while its kernel was neither compiled nor cached
+_called = set()  # (way, dtype char) whose kernel ran in this process: no compile notice needed
 
 
-def _ready(kernel):
-    """Whether this small call may take the ``kernel`` way (see the module docstring); counts the call if not."""
-    calls = _waiting.get(kernel)
-    if calls is None:  # decided already (ready), or the first small call of the process
-        if kernel in _waiting or _runtime.compiled_or_cached(_KERNELS[kernel]):
-            _waiting[kernel] = None
-            return True
-        calls = 0
-    if calls >= COMPILE_AFTER_CALLS:
-        _waiting[kernel] = None
+def _ready(way):
+    """Whether this small call may take the one-call kernel of ``way``; counts the call if not.
+
+    Unsynchronised on purpose: threads racing here can only lose a count or decide a call early,
+    and both paths give the same bits.
+    """
+    if way in _decided:
         return True
-    _waiting[kernel] = calls + 1
+    calls = _waiting.get(way, 0)
+    if calls >= COMPILE_AFTER_CALLS or (calls == 0 and _runtime.compiled_or_cached(_KERNELS[way])):
+        _decided.add(way)
+        return True
+    _waiting[way] = calls + 1
     return False
+
+
+def _call(way, kernel, dtype, args):
+    """``kernel(*args)``; its first call per dtype under the compile notice (it may compile for seconds)."""
+    key = (way, dtype.char)
+    if key in _called:
+        return kernel(*args)
+    with _runtime.compile_notice(("small_" + way, dtype.char)):
+        result = kernel(*args)
+    _called.add(key)
+    return result
 
 
 def _read_only(arr):
@@ -105,24 +121,29 @@ def forward(layer, graph, x, edge_attr, training):
     alpha = np.empty((attention.nnz, H), dtype)
     per_head = np.empty((n, H, C), dtype)
     out = per_head.reshape(n, H * C) if layer.concat else np.empty((n, C), dtype)
-    finite = small_layer_forward(
-        x,
-        W_l,
-        b_l,
-        W_r,
-        b_r,
-        attention.indptr,
-        attention.indices,
-        p["att"],
-        k.slope,
-        k.kind,
-        k.no_dropout,
-        p.get("bias", empty),
-        xl,
-        xr,
-        alpha,
-        per_head,
-        out,
+    finite = _call(
+        "forward",
+        small_layer_forward,
+        dtype,
+        (
+            x,
+            W_l,
+            b_l,
+            W_r,
+            b_r,
+            attention.indptr,
+            attention.indices,
+            p["att"],
+            k.slope,
+            k.kind,
+            k.no_dropout,
+            p.get("bias", empty),
+            xl,
+            xr,
+            alpha,
+            per_head,
+            out,
+        ),
     )
     if not finite:
         return None  # the general path names the cause (x, a parameter, or an overflow)
@@ -181,34 +202,39 @@ def backward(layer, cache, grad_out, pairwise):
         "bias": np.empty(grad_out.shape[1] if layer.bias else 0, dtype),
         "x": np.empty(x.shape, dtype),
     }
-    finite = small_layer_backward(
-        readonly(x),  # a general forward's cache may hold the caller's writable array
-        W_l,
-        W_r,
-        g.indptr,
-        g.indices,
-        src_indptr,
-        src_edges,
-        layer._workspace.source_targets(g),
-        cache.xl,
-        cache.xr,
-        p["att"],
-        k.slope,
-        k.kind,
-        k.no_edges,
-        k.no_edge_weights,
-        cache.edge_scale,
-        cache.alpha,
-        readonly(grad_out),
-        pairwise,
-        num_att_blocks(n),
-        grads["att"],
-        grads["bias"],
-        grads["W_l"],
-        grads["b_l"],
-        grads["W_r"],
-        grads["b_r"],
-        grads["x"],
+    finite = _call(
+        "backward",
+        small_layer_backward,
+        dtype,
+        (
+            readonly(x),  # a general forward's cache may hold the caller's writable array
+            W_l,
+            W_r,
+            g.indptr,
+            g.indices,
+            src_indptr,
+            src_edges,
+            layer._workspace.source_targets(g),
+            cache.xl,
+            cache.xr,
+            p["att"],
+            k.slope,
+            k.kind,
+            k.no_edges,
+            k.no_edge_weights,
+            cache.edge_scale,
+            cache.alpha,
+            readonly(grad_out),
+            pairwise,
+            num_att_blocks(n),
+            grads["att"],
+            grads["bias"],
+            grads["W_l"],
+            grads["b_l"],
+            grads["W_r"],
+            grads["b_r"],
+            grads["x"],
+        ),
     )
     if not finite:
         return None
