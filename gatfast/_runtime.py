@@ -319,9 +319,7 @@ def compiled_or_cached(kernel):
     it may hold other argument types only. Numba internals that moved count
     as cached: the caller then does what it did before this test existed.
     """
-    if kernel.signatures:
-        return True
     try:
-        return os.path.exists(kernel._cache._cache_file._index_path)
+        return bool(kernel.signatures) or os.path.exists(kernel._cache._cache_file._index_path)
     except AttributeError:
         return True

@@ -148,3 +148,17 @@ def test_blas_threads_are_restored_after_a_layer_call():
                 _runtime._BlasOneThread.__enter__ = original
             assert [lib.num_threads for lib in blas.lib_controllers] == [count] * len(blas.lib_controllers)
     assert inside and all(counts == [1] * len(counts) for counts in inside)
+
+
+def test_compiled_or_cached_tells_a_kernel_that_would_compile(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "fresh_kernel.py").write_text(
+        "from numba import njit\n\n@njit(cache=True)\ndef twice(x):\n    return 2 * x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("fresh_kernel")
+    assert not _runtime.compiled_or_cached(module.twice)  # never compiled, no cache index next to it
+    assert module.twice(3) == 6
+    assert _runtime.compiled_or_cached(module.twice)
+    assert _runtime.compiled_or_cached(lambda x: x)  # not a dispatcher: assumed ready, as before the test existed
