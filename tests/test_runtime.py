@@ -161,4 +161,6 @@ def test_compiled_or_cached_tells_a_kernel_that_would_compile(tmp_path, monkeypa
     assert not _runtime.compiled_or_cached(module.twice)  # never compiled, no cache index next to it
     assert module.twice(3) == 6
     assert _runtime.compiled_or_cached(module.twice)
-    assert _runtime.compiled_or_cached(lambda x: x)  # not a dispatcher: assumed ready, as before the test existed
+    assert _runtime.compiled_or_cached(
+        lambda x: x
+    )  # not a dispatcher: assumed ready, as before the test existed
