@@ -120,8 +120,10 @@ def load_manifest(dataset=None, path=MANIFEST):
     for entry in kernels:
         try:
             module, name = entry["kernel"].rsplit(".", 1)
+            if not module.startswith("gatfast.kernels."):  # nothing else is imported from the list
+                continue
             dispatcher = getattr(importlib.import_module(module), name)
-            if module.startswith("gatfast.kernels.") and isinstance(dispatcher, Dispatcher):
+            if isinstance(dispatcher, Dispatcher):
                 entries.append((dispatcher, tuple(decode_type(a) for a in entry["args"])))
         except Exception:  # e.g. a layout or dtype name this Numba does not know
             continue

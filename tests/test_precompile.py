@@ -74,10 +74,13 @@ def test_an_unreadable_list_or_a_missing_kernel_gives_what_remains(tmp_path):
     unknown_type = {"kernel": "gatfast.kernels.reduce.column_sums", "args": ["complex128"]}
     bad_layout = {"kernel": "gatfast.kernels.reduce.column_sums", "args": [dict(good["args"][0], layout="Z")]}
     not_a_kernel = {"kernel": "gatfast.kernels.readonly", "args": []}  # a plain function
-    entries = [gone, good, unknown_type, bad_layout, not_a_kernel]
+    elsewhere = {"kernel": "wave.open", "args": []}  # never imported: only gatfast.kernels.* are
+    entries = [gone, good, unknown_type, bad_layout, not_a_kernel, elsewhere]
     path.write_text(json.dumps({"runs": {"x": entries}}))
+    imported_before = "wave" in sys.modules
     entries = _precompile.load_manifest("x", path=path)
     assert [(d.py_func.__name__, len(a)) for d, a in entries] == [("column_sums", 2)]
+    assert imported_before or "wave" not in sys.modules
 
 
 class FakeProcess:
