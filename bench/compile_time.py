@@ -73,7 +73,8 @@ print(json.dumps({{"import_s": t_import, "first_layer_fwd_bwd_s": t_layer, "seco
 """
 
 
-def run(cache_dir, threads):
+def timed_child(args, cache_dir, threads, **env_extra):
+    """``(stdout, seconds)`` of one Python process, interpreter start to exit, on ``cache_dir``."""
     env = dict(
         os.environ,
         NUMBA_CACHE_DIR=str(cache_dir),
@@ -81,16 +82,20 @@ def run(cache_dir, threads):
         OMP_NUM_THREADS=str(threads),
         OPENBLAS_NUM_THREADS=str(threads),
         OMP_WAIT_POLICY="PASSIVE",
+        **env_extra,
     )
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD.format(bench=str(HERE))], env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
-        raise RuntimeError(f"child process failed with exit code {proc.returncode}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"python {' '.join(args[:3])} failed with exit code {proc.returncode}")
+    return proc.stdout, wall
+
+
+def run(cache_dir, threads):
+    stdout, wall = timed_child(["-c", CHILD.format(bench=str(HERE))], cache_dir, threads)
+    out = json.loads(stdout.strip().splitlines()[-1])
     out["process_wall_s"] = wall
     return out
 
@@ -103,24 +108,8 @@ TRAIN_RUNS = {
 
 def train_wall(argv, cache_dir, threads, helper):
     """Seconds of one ``gatfast`` process, interpreter start to exit, on ``cache_dir``."""
-    env = dict(
-        os.environ,
-        NUMBA_CACHE_DIR=str(cache_dir),
-        NUMBA_NUM_THREADS=str(threads),
-        OMP_NUM_THREADS=str(threads),
-        OPENBLAS_NUM_THREADS=str(threads),
-        OMP_WAIT_POLICY="PASSIVE",
-        GATFAST_PRECOMPILE="1" if helper else "0",
-    )
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "gatfast", *argv, "--quiet"], env=env, capture_output=True, text=True
-    )
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr)
-        raise RuntimeError(f"gatfast {' '.join(argv)} failed with exit code {proc.returncode}")
-    return wall
+    env = {"GATFAST_PRECOMPILE": "1" if helper else "0"}
+    return timed_child(["-m", "gatfast", *argv, "--quiet"], cache_dir, threads, **env)[1]
 
 
 def train_runs(rounds, threads):

@@ -35,7 +35,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ._runtime import compiled_or_cached
+from ._runtime import compiled_or_cached, usable_cpus
 
 __all__ = [
     "MANIFEST",
@@ -141,13 +141,6 @@ _HELPER = (
 )
 
 
-def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity on this platform
-        return os.cpu_count() or 1
-
-
 def start_helper(dataset, dtype="float32"):
     """Start the helper for a run on ``dataset``; the process, or None where it would not help.
 
@@ -163,7 +156,7 @@ def start_helper(dataset, dtype="float32"):
         os.environ.get(ENV_SWITCH, "1") == "0"
         or dataset not in RECORDED_RUNS
         or str(dtype) != "float32"
-        or _cpus() < 2
+        or usable_cpus() < 2
         or getattr(sys, "frozen", False)
         or not sys.executable
         or any(h.poll() is None for h in _running)

@@ -102,7 +102,7 @@ def spawn(monkeypatch):
     seen = {"started": [], "at_exit": []}
     monkeypatch.delenv(_precompile.ENV_SWITCH, raising=False)  # tests/conftest.py switches it off
     monkeypatch.setattr(_precompile, "_running", [])
-    monkeypatch.setattr(_precompile, "_cpus", lambda: 2)
+    monkeypatch.setattr(_precompile, "usable_cpus", lambda: 2)
     monkeypatch.setattr(_precompile, "compiled_or_cached", lambda d: False)
 
     def popen(*args, **kwargs):
@@ -136,7 +136,7 @@ def test_the_helper_does_not_start_where_it_cannot_help(spawn, monkeypatch, case
     elif case == "float64":
         dtype = "float64"
     elif case == "one cpu":
-        monkeypatch.setattr(_precompile, "_cpus", lambda: 1)
+        monkeypatch.setattr(_precompile, "usable_cpus", lambda: 1)
     elif case == "frozen":
         monkeypatch.setattr(sys, "frozen", True, raising=False)
     else:

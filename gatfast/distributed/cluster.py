@@ -39,6 +39,7 @@ import os
 import dask
 from distributed import Client, LocalCluster
 
+from .._runtime import usable_cpus
 from ..training.options import check_address
 from .executor import ShardExecutor
 from .faults import Watch
@@ -46,13 +47,6 @@ from .folds import run_folds
 from .tasks import IgnoreInterrupts
 
 __all__ = ["Session", "connect", "local_cluster", "open_session", "threads_per_worker"]
-
-
-def _cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def threads_per_worker(workers, cores=None):
@@ -70,7 +64,7 @@ def threads_per_worker(workers, cores=None):
     int
         ``cores // workers``, at least 1.
     """
-    return max(1, (cores or _cores()) // workers)
+    return max(1, (cores or usable_cpus()) // workers)
 
 
 def local_cluster(workers, threads=None, quiet=True):
