@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit
 
 from .activations import LEAKY_RELU, act
+from .combine import combine_rows
 from .edge import edge_z
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_score
@@ -97,17 +98,10 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
 def _softmax_aggregate(i, start, end, indices, xl, edge_scale, alpha, out):
     """Row ``i``: the scores in ``alpha[start:end]`` become softmax weights; ``out[i]`` their aggregation."""
     heads = out.shape[1]
-    channels = out.shape[2]
-    dropout = edge_scale.shape[0] > 0
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
-    for h in range(heads):
-        for c in range(channels):
-            out[i, h, c] = zero
-    if start == end:
-        return
-    # softmax per head (max subtracted, so large logits cannot overflow)
-    for h in range(heads):
+    # softmax per head (max subtracted, so large logits cannot overflow); none for a row without edges
+    for h in range(heads if end > start else 0):
         row_max = alpha[start, h]
         for e in range(start + 1, end):
             if alpha[e, h] > row_max:
@@ -125,11 +119,5 @@ def _softmax_aggregate(i, start, end, indices, xl, edge_scale, alpha, out):
     # starts at +0 never becomes -0, so adding +-0 changes nothing), and a branch taken at random
     # (p = 0.6) cost more than the work it saved. An overflowed xl[j] gives NaN, with dropout as
     # without (an edge of weight 0 is added either way), and the layer's output check refuses it
-    for e in range(start, end):
-        j = indices[e]
-        for h in range(heads):
-            a_ij = alpha[e, h]
-            if dropout:
-                a_ij = a_ij * edge_scale[e, h]
-            for c in range(channels):
-                out[i, h, c] += a_ij * xl[j, h, c]
+    for h in range(heads):  # out[i, h] = sum_e a_ij (* m_ij) xl[j, h], the sums in registers (see combine.py)
+        combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)

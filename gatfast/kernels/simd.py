@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 LANES = 8
 
 
-def _row_pointer(builder, ary, row, h):
+def row_pointer(builder, ary, row, h):
     """Pointer to ``ary[row, h, 0]`` from the array's data pointer and strides (3-D arrays)."""
     stride0 = builder.extract_value(ary.strides, 0)
     stride1 = builder.extract_value(ary.strides, 1)
@@ -36,7 +36,7 @@ def _row_pointer(builder, ary, row, h):
     return builder.bitcast(raw, ary.data.type)
 
 
-def _load_vector(builder, ptr, index, vec_ty):
+def load_vector(builder, ptr, index, vec_ty):
     p = builder.gep(ptr, [index])
     return builder.load(builder.bitcast(p, vec_ty.as_pointer()), align=1)
 
@@ -84,13 +84,13 @@ def dot_rows(typingctx, a, i, b, j, h):
     def codegen(context, builder, signature, args):
         arr_a = context.make_array(signature.args[0])(context, builder, args[0])
         arr_b = context.make_array(signature.args[2])(context, builder, args[2])
-        pa = _row_pointer(builder, arr_a, args[1], args[4])
-        pb = _row_pointer(builder, arr_b, args[3], args[4])
+        pa = row_pointer(builder, arr_a, args[1], args[4])
+        pb = row_pointer(builder, arr_b, args[3], args[4])
         channels = builder.extract_value(arr_a.shape, 2)
         fty = context.get_value_type(signature.args[0].dtype)
 
         def lanes(base, vec_ty):
-            return builder.fmul(_load_vector(builder, pa, base, vec_ty), _load_vector(builder, pb, base, vec_ty))
+            return builder.fmul(load_vector(builder, pa, base, vec_ty), load_vector(builder, pb, base, vec_ty))
 
         def tail(c):
             return builder.fmul(builder.load(builder.gep(pa, [c])), builder.load(builder.gep(pb, [c])))
@@ -123,8 +123,8 @@ def leaky_score(typingctx, att, xr, i, xl, j, h, slope):
         pa = builder.bitcast(
             builder.gep(builder.bitcast(arr_att.data, i8p), [builder.mul(h, stride0)]), arr_att.data.type
         )
-        pr = _row_pointer(builder, arr_r, args[2], h)
-        pl = _row_pointer(builder, arr_l, args[4], h)
+        pr = row_pointer(builder, arr_r, args[2], h)
+        pl = row_pointer(builder, arr_l, args[4], h)
         channels = builder.extract_value(arr_att.shape, 1)
         fty = context.get_value_type(signature.args[0].dtype)
 
@@ -133,10 +133,10 @@ def leaky_score(typingctx, att, xr, i, xl, j, h, slope):
             return builder.select(positive, z, builder.fmul(slope_v, z))
 
         def lanes(base, vec_ty):
-            z = builder.fadd(_load_vector(builder, pr, base, vec_ty), _load_vector(builder, pl, base, vec_ty))
-            slope_v = _splat(builder, slope, vec_ty)
+            z = builder.fadd(load_vector(builder, pr, base, vec_ty), load_vector(builder, pl, base, vec_ty))
+            slope_v = splat(builder, slope, vec_ty)
             act = leaky(z, ir.Constant(vec_ty, None), slope_v)
-            return builder.fmul(_load_vector(builder, pa, base, vec_ty), act)
+            return builder.fmul(load_vector(builder, pa, base, vec_ty), act)
 
         def tail(c):
             z = builder.fadd(builder.load(builder.gep(pr, [c])), builder.load(builder.gep(pl, [c])))
@@ -148,7 +148,7 @@ def leaky_score(typingctx, att, xr, i, xl, j, h, slope):
     return sig, codegen
 
 
-def _splat(builder, value, vec_ty):
+def splat(builder, value, vec_ty):
     i32 = ir.IntType(32)
     vec = ir.Constant(vec_ty, ir.Undefined)
     for k in range(LANES):
@@ -166,13 +166,13 @@ def dot3(typingctx, a, i0, i1, b, j0, j1):
     def codegen(context, builder, signature, args):
         arr_a = context.make_array(signature.args[0])(context, builder, args[0])
         arr_b = context.make_array(signature.args[3])(context, builder, args[3])
-        pa = _row_pointer(builder, arr_a, args[1], args[2])
-        pb = _row_pointer(builder, arr_b, args[4], args[5])
+        pa = row_pointer(builder, arr_a, args[1], args[2])
+        pb = row_pointer(builder, arr_b, args[4], args[5])
         channels = builder.extract_value(arr_a.shape, 2)
         fty = context.get_value_type(signature.args[0].dtype)
 
         def lanes(base, vec_ty):
-            return builder.fmul(_load_vector(builder, pa, base, vec_ty), _load_vector(builder, pb, base, vec_ty))
+            return builder.fmul(load_vector(builder, pa, base, vec_ty), load_vector(builder, pb, base, vec_ty))
 
         def tail(c):
             return builder.fmul(builder.load(builder.gep(pa, [c])), builder.load(builder.gep(pb, [c])))
@@ -205,7 +205,7 @@ def leaky_dot(typingctx, att, z, row, h, slope):
         pa = builder.bitcast(
             builder.gep(builder.bitcast(arr_att.data, i8p), [builder.mul(h, stride0)]), arr_att.data.type
         )
-        pz = _row_pointer(builder, arr_z, args[2], h)
+        pz = row_pointer(builder, arr_z, args[2], h)
         channels = builder.extract_value(arr_att.shape, 1)
         fty = context.get_value_type(signature.args[0].dtype)
 
@@ -214,9 +214,9 @@ def leaky_dot(typingctx, att, z, row, h, slope):
             return builder.select(positive, z, builder.fmul(slope_v, z))
 
         def lanes(base, vec_ty):
-            zv = _load_vector(builder, pz, base, vec_ty)
-            act = leaky(zv, ir.Constant(vec_ty, None), _splat(builder, slope, vec_ty))
-            return builder.fmul(_load_vector(builder, pa, base, vec_ty), act)
+            zv = load_vector(builder, pz, base, vec_ty)
+            act = leaky(zv, ir.Constant(vec_ty, None), splat(builder, slope, vec_ty))
+            return builder.fmul(load_vector(builder, pa, base, vec_ty), act)
 
         def tail(c):
             act = leaky(builder.load(builder.gep(pz, [c])), ir.Constant(fty, 0.0), slope)

@@ -1,0 +1,173 @@
+"""Weighted sums of gathered rows, ``out[i, h] = Σ_k w_k src[idx[k], h]``, with the sums kept in registers.
+
+The aggregation of the forward pass and the sparse products are this one
+operation. Written as a loop over ``k`` with the channel loop inside
+(``out[i, h, c] += w * src[j, h, c]``), every term stores the output row and
+the next term loads it again: LLVM may not keep the row in registers, since
+``out`` and ``src`` might overlap. :func:`combine_rows` emits the other loop
+order itself: for each group of up to 32 channels (four 8-lane vectors) it
+runs over ``k`` with the partial sums in vector registers and stores them
+once. Measured on a 2-core AMD EPYC, one thread: Cora's sparse products
+(49,216 nonzeros, two right-hand sides of width 64) went from 1.34 to
+0.61 ms. The layout decides at compile time, not per row: a per-row
+check of the strides cost the sparse products a quarter of their time.
+
+Every channel's sum is the same sequence of IEEE operations as the plain
+loop, ``((0 + w_lo s_lo) + w_(lo+1) s_(lo+1)) + ...`` in ``k`` order (a
+multiply, then an add, never fused), so the result is the same bits. The
+last ``C mod 8`` channels run in the plain loop order on the output row.
+"""
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .simd import LANES, load_vector, row_pointer, splat
+
+GROUP = 4  # vectors summed at once: 4 x 8 float32 or float64 lanes stay in 16 AVX2 registers
+
+
+def _store_vector(builder, ptr, index, value):
+    builder.store(value, builder.bitcast(builder.gep(ptr, [index]), value.type.as_pointer()), align=1)
+
+
+def _element_pointer(builder, ary, indices):
+    """Pointer to ``ary[indices]`` from the data pointer and strides (any number of dimensions)."""
+    offset = None
+    for axis, index in enumerate(indices):
+        term = builder.mul(index, builder.extract_value(ary.strides, axis))
+        offset = term if offset is None else builder.add(offset, term)
+    i8p = ir.IntType(8).as_pointer()
+    return builder.bitcast(builder.gep(builder.bitcast(ary.data, i8p), [offset]), ary.data.type)
+
+
+def _row_start(builder, ary, ndim, row, h):
+    """Pointer to ``ary[row, h, 0]`` (3-D) or ``ary[row, 0]`` (2-D)."""
+    if ndim == 3:
+        return row_pointer(builder, ary, row, h)
+    return _element_pointer(builder, ary, [row, ir.Constant(row.type, 0)])
+
+
+def _types_ok(out, src, idx, coef, scale):
+    arrays = (out, src, idx, coef, scale)
+    if not all(isinstance(a, types.Array) for a in arrays):
+        return False
+    if out.ndim not in (2, 3) or src.ndim != out.ndim or idx.ndim != 1:
+        return False
+    if coef.ndim not in (1, 2) or scale.ndim != coef.ndim:
+        return False
+    return (
+        isinstance(out.dtype, types.Float)
+        and out.dtype == src.dtype == coef.dtype == scale.dtype
+        and isinstance(idx.dtype, types.Integer)
+    )
+
+
+@intrinsic
+def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
+    """``out[i, h, :] = Σ_{k in [lo, hi)} w_k * src[idx[k], h, :]`` with ``w_k = coef[k, h] (* scale[k, h])``.
+
+    ``out`` and ``src`` are 3-D (rows, H, C), or both 2-D (rows, C), where
+    ``h`` only picks the column of ``coef`` and ``scale``; ``coef`` and
+    ``scale`` are (K, H), or both 1-D (K,) for one weight per ``k``. A
+    ``scale`` of length 0 means no second factor (otherwise attention
+    dropout's multipliers: ``w_k`` is the product, formed as the plain loop
+    forms it). An empty range writes zeros. The vector code needs
+    contiguous channels: it is compiled where Numba types both ``out`` and
+    ``src`` C-contiguous (the layer's buffers); other layouts get the plain
+    loop, with the same bits.
+    """
+    if not _types_ok(out, src, idx, coef, scale):
+        return None
+    sig = types.void(out, types.intp, types.intp, src, idx, coef, scale, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        a_out, a_src, a_idx, a_coef, a_scale = (
+            context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 3, 4, 5, 6)
+        )
+        i, h, lo, hi = args[1], args[2], args[7], args[8]
+        intp = context.get_value_type(types.intp)
+        fty = context.get_value_type(signature.args[0].dtype)
+        vec_ty = ir.VectorType(fty, LANES)
+        one = ir.Constant(intp, 1)
+        ndim = signature.args[0].ndim
+        contiguous = signature.args[0].layout == "C" and signature.args[3].layout == "C"
+        coef_ndim = signature.args[5].ndim
+        po = _row_start(builder, a_out, ndim, i, h)
+        channels = builder.extract_value(a_out.shape, ndim - 1)
+        has_scale = builder.icmp_signed(">", builder.extract_value(a_scale.shape, 0), ir.Constant(intp, 0))
+
+        def term(k):
+            """``(w_k, pointer to src[idx[k], h, 0])``."""
+            j = context.cast(
+                builder,
+                builder.load(_element_pointer(builder, a_idx, [k])),
+                signature.args[4].dtype,
+                types.intp,
+            )
+            w = cgutils.alloca_once_value(
+                builder, builder.load(_element_pointer(builder, a_coef, [k, h][:coef_ndim]))
+            )
+            with builder.if_then(has_scale):
+                builder.store(
+                    builder.fmul(
+                        builder.load(w), builder.load(_element_pointer(builder, a_scale, [k, h][:coef_ndim]))
+                    ),
+                    w,
+                )
+            return builder.load(w), _row_start(builder, a_src, ndim, j, h)
+
+        def vectors(base, count):
+            """Channels ``[base, base + 8 count)``: ``count`` vector sums over all k, then one store each."""
+            offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
+            sums = [cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in range(count)]
+            with cgutils.for_range_slice(builder, lo, hi, one, intp) as (k, _):
+                w, ps = term(k)
+                wv = splat(builder, w, vec_ty)
+                for s, off in zip(sums, offsets):
+                    builder.store(
+                        builder.fadd(
+                            builder.load(s), builder.fmul(wv, load_vector(builder, ps, off, vec_ty))
+                        ),
+                        s,
+                    )
+            for s, off in zip(sums, offsets):
+                _store_vector(builder, po, off, builder.load(s))
+
+        def channel(ptr, ary, c):
+            """Pointer to channel ``c`` of the row at ``ptr`` (any stride of the last axis)."""
+            if contiguous:
+                return builder.gep(ptr, [c])
+            step = builder.mul(c, builder.extract_value(ary.strides, ndim - 1))
+            return builder.bitcast(
+                builder.gep(builder.bitcast(ptr, ir.IntType(8).as_pointer()), [step]), ptr.type
+            )
+
+        def plain_order(first):
+            """Channels ``[first, C)`` in the plain loop order, on the output row."""
+            with cgutils.for_range(builder, channels, start=first) as loop:
+                builder.store(ir.Constant(fty, 0.0), channel(po, a_out, loop.index))
+            with builder.if_then(builder.icmp_signed("<", first, channels)):
+                with cgutils.for_range_slice(builder, lo, hi, one, intp) as (k, _):
+                    w, ps = term(k)
+                    with cgutils.for_range(builder, channels, start=first) as loop:
+                        p = channel(po, a_out, loop.index)
+                        x = builder.load(channel(ps, a_src, loop.index))
+                        builder.store(builder.fadd(builder.load(p), builder.fmul(w, x)), p)
+
+        if not contiguous:
+            plain_order(ir.Constant(intp, 0))
+            return context.get_dummy_value()
+        group_width = ir.Constant(intp, GROUP * LANES)
+        groups = builder.udiv(channels, group_width)
+        with cgutils.for_range(builder, groups) as loop:
+            vectors(builder.mul(loop.index, group_width), GROUP)
+        done = builder.mul(groups, group_width)
+        singles = builder.udiv(builder.sub(channels, done), ir.Constant(intp, LANES))
+        with cgutils.for_range(builder, singles) as loop:
+            vectors(builder.add(done, builder.mul(loop.index, ir.Constant(intp, LANES))), 1)
+        plain_order(builder.add(done, builder.mul(singles, ir.Constant(intp, LANES))))  # the last C mod 8
+        return context.get_dummy_value()
+
+    return sig, codegen
