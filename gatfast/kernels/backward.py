@@ -9,6 +9,10 @@ Two passes over the edges:
 2. **source pass** (sources ``j``, in the graph's cached source-major order):
    ``Q_j = Σ_i (δ_ij a ⊙ s_ij + α̃_ij g_i)``.
 
+With LeakyReLU attention the per-row sums of both passes run in
+``edge_sums.py`` (the sums in vector registers, the same bits) for the
+channels in whole 8-lane vectors; the loops here do the rest, every channel
+of other activations, and the source pass of graphs that need its prefetch.
 ``backward_edge.py`` has the same two passes with edge features. Each row
 (or source) writes only its own outputs, and each block its own partial
 sums; the blocks are fixed by the graph size alone and the caller adds
@@ -23,6 +27,7 @@ thread pool). Arrays are as in ``forward.py``; bipartite graphs have
 from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
+from .edge_sums import source_row_sums, target_row_sums
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
 
@@ -99,28 +104,35 @@ def gatv2_backward_target_blocks(
         for i in range(b * block, min(n, (b + 1) * block)):
             start = indptr[i]
             end = indptr[i + 1]
-            for h in range(heads):
-                for c in range(channels):
-                    p_out[i, h, c] = zero
             upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
-            # ∂a partials and the Θ_R term; xl[j] is still in cache
+            # ∂a partials and the Θ_R term; xl[j] is still in cache. LeakyReLU: the channels in
+            # whole vectors with the sums in registers (see edge_sums.py), the rest in the loop below
+            first = 0
+            if leaky:
+                for h in range(heads):
+                    first = target_row_sums(p_out, att_part, b, i, h, xl, xr, att, indices, delta, start, end, slope)
+            if first == channels:
+                continue
+            for h in range(heads):
+                for c in range(first, channels):
+                    p_out[i, h, c] = zero
             for e in range(start, end):
                 j = indices[e]
                 for h in range(heads):
                     dl = delta[e, h]
                     if leaky:  # branch-free, so the channel loop vectorises
-                        for c in range(channels):
+                        for c in range(first, channels):
                             z = xr[i, h, c] + xl[j, h, c]
                             pos = z > zero
                             att_part[b, h, c] += dl * (z if pos else slope * z)
                             p_out[i, h, c] += dl * (one if pos else slope)
                     else:
-                        for c in range(channels):
+                        for c in range(first, channels):
                             z = xr[i, h, c] + xl[j, h, c]
                             att_part[b, h, c] += dl * act(z, kind, slope)
                             p_out[i, h, c] += dl * act_slope(z, kind, slope)
             for h in range(heads):
-                for c in range(channels):
+                for c in range(first, channels):
                     p_out[i, h, c] *= att[h, c]
 
 
@@ -164,10 +176,21 @@ def gatv2_backward_source_rows(
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
     for j in range(j0, j1):
+        lo = src_indptr[j]
+        hi = src_indptr[j + 1]
+        # LeakyReLU without prefetch: the channels in whole vectors with the sums in registers (see
+        # edge_sums.py), the rest in the loop below
+        first = 0
+        if ahead is None and leaky:
+            for h in range(heads):
+                first = source_row_sums(q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta,
+                                        edge_scale, lo, hi, slope)
+        if first == channels:
+            continue
         for h in range(heads):
-            for c in range(channels):
+            for c in range(first, channels):
                 q_out[j, h, c] = zero
-        for p in range(src_indptr[j], src_indptr[j + 1]):
+        for p in range(lo, hi):
             if ahead is not None:
                 prefetch_source_edge(p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes)
             e = src_edges[p]
@@ -178,10 +201,10 @@ def gatv2_backward_source_rows(
                 if dropout:
                     w = w * edge_scale[e, h]
                 if leaky:  # branch-free inner loop
-                    for c in range(channels):
+                    for c in range(first, channels):
                         s = one if xr[i, h, c] + xl[j, h, c] > zero else slope
                         q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
                 else:
-                    for c in range(channels):
+                    for c in range(first, channels):
                         z = xr[i, h, c] + xl[j, h, c]
                         q_out[j, h, c] += dl * att[h, c] * act_slope(z, kind, slope) + w * grad[i, h, c]

@@ -28,11 +28,11 @@ from .simd import LANES, load_vector, row_pointer, splat
 GROUP = 4  # vectors summed at once: 4 x 8 float32 or float64 lanes stay in 16 AVX2 registers
 
 
-def _store_vector(builder, ptr, index, value):
+def store_vector(builder, ptr, index, value):
     builder.store(value, builder.bitcast(builder.gep(ptr, [index]), value.type.as_pointer()), align=1)
 
 
-def _element_pointer(builder, ary, indices):
+def element_pointer(builder, ary, indices):
     """Pointer to ``ary[indices]`` from the data pointer and strides (any number of dimensions)."""
     offset = None
     for axis, index in enumerate(indices):
@@ -42,11 +42,28 @@ def _element_pointer(builder, ary, indices):
     return builder.bitcast(builder.gep(builder.bitcast(ary.data, i8p), [offset]), ary.data.type)
 
 
+def vector_groups(builder, intp, channels, group, body):
+    """Call ``body(base, count)`` for the channels in whole vectors: groups of ``group``, then one at a time.
+
+    ``body`` emits the code for the channels ``[base, base + 8 count)``.
+    Returns the first channel left over (``C - C mod 8``).
+    """
+    group_width = ir.Constant(intp, group * LANES)
+    groups = builder.udiv(channels, group_width)
+    with cgutils.for_range(builder, groups) as loop:
+        body(builder.mul(loop.index, group_width), group)
+    done = builder.mul(groups, group_width)
+    singles = builder.udiv(builder.sub(channels, done), ir.Constant(intp, LANES))
+    with cgutils.for_range(builder, singles) as loop:
+        body(builder.add(done, builder.mul(loop.index, ir.Constant(intp, LANES))), 1)
+    return builder.add(done, builder.mul(singles, ir.Constant(intp, LANES)))
+
+
 def _row_start(builder, ary, ndim, row, h):
     """Pointer to ``ary[row, h, 0]`` (3-D) or ``ary[row, 0]`` (2-D)."""
     if ndim == 3:
         return row_pointer(builder, ary, row, h)
-    return _element_pointer(builder, ary, [row, ir.Constant(row.type, 0)])
+    return element_pointer(builder, ary, [row, ir.Constant(row.type, 0)])
 
 
 def _types_ok(out, src, idx, coef, scale):
@@ -102,17 +119,17 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
             """``(w_k, pointer to src[idx[k], h, 0])``."""
             j = context.cast(
                 builder,
-                builder.load(_element_pointer(builder, a_idx, [k])),
+                builder.load(element_pointer(builder, a_idx, [k])),
                 signature.args[4].dtype,
                 types.intp,
             )
             w = cgutils.alloca_once_value(
-                builder, builder.load(_element_pointer(builder, a_coef, [k, h][:coef_ndim]))
+                builder, builder.load(element_pointer(builder, a_coef, [k, h][:coef_ndim]))
             )
             with builder.if_then(has_scale):
                 builder.store(
                     builder.fmul(
-                        builder.load(w), builder.load(_element_pointer(builder, a_scale, [k, h][:coef_ndim]))
+                        builder.load(w), builder.load(element_pointer(builder, a_scale, [k, h][:coef_ndim]))
                     ),
                     w,
                 )
@@ -133,7 +150,7 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
                         s,
                     )
             for s, off in zip(sums, offsets):
-                _store_vector(builder, po, off, builder.load(s))
+                store_vector(builder, po, off, builder.load(s))
 
         def channel(ptr, ary, c):
             """Pointer to channel ``c`` of the row at ``ptr`` (any stride of the last axis)."""
@@ -159,15 +176,7 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
         if not contiguous:
             plain_order(ir.Constant(intp, 0))
             return context.get_dummy_value()
-        group_width = ir.Constant(intp, GROUP * LANES)
-        groups = builder.udiv(channels, group_width)
-        with cgutils.for_range(builder, groups) as loop:
-            vectors(builder.mul(loop.index, group_width), GROUP)
-        done = builder.mul(groups, group_width)
-        singles = builder.udiv(builder.sub(channels, done), ir.Constant(intp, LANES))
-        with cgutils.for_range(builder, singles) as loop:
-            vectors(builder.add(done, builder.mul(loop.index, ir.Constant(intp, LANES))), 1)
-        plain_order(builder.add(done, builder.mul(singles, ir.Constant(intp, LANES))))  # the last C mod 8
+        plain_order(vector_groups(builder, intp, channels, GROUP, vectors))  # the last C mod 8
         return context.get_dummy_value()
 
     return sig, codegen

@@ -1,0 +1,118 @@
+"""``kernels.edge_sums``: the backward passes' vector sums give the plain loops' bits."""
+
+import numpy as np
+import pytest
+
+from gatfast.kernels import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
+from gatfast.kernels.activations import ACTIVATIONS
+
+
+def _strided(shape, dtype):
+    """An array of ``shape`` whose last axis has stride 2 elements: Numba types it non-contiguous."""
+    return np.full(shape[:-1] + (2 * shape[-1],), np.nan, dtype)[..., ::2]
+
+
+def _graph(seed, n, max_degree=9):
+    rng = np.random.default_rng(seed)
+    degree = rng.integers(0, max_degree + 1, n)
+    degree[::7] = 0  # rows without edges
+    indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    indices = rng.integers(0, n, indptr[-1]).astype(np.int64)
+    targets = np.repeat(np.arange(n), degree)
+    order = np.argsort(indices, kind="stable")
+    src_indptr = np.concatenate([[0], np.cumsum(np.bincount(indices, minlength=n))]).astype(np.int64)
+    return indptr, indices, src_indptr, order.astype(np.int64), targets[order].astype(np.int64)
+
+
+def _inputs(seed, n, nnz, heads, channels, dtype, dropout):
+    rng = np.random.default_rng(seed)
+    xl, xr, grad = (
+        rng.standard_normal((n, heads, channels)) * 10.0 ** rng.uniform(-4, 4, (n, heads, 1))
+        for _ in range(3)
+    )
+    att = rng.standard_normal((heads, channels))
+    alpha = rng.random((nnz, heads))
+    edge_scale = (rng.random((nnz, heads)) >= 0.4) / 0.6 if dropout else np.zeros((0, heads))
+    return [a.astype(dtype) for a in (xl, xr, grad, att, alpha, edge_scale)]
+
+
+CASES = [(h, c) for c in (1, 7, 8, 9, 16, 17, 33, 64) for h in (1, 3)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("heads", "channels"), CASES)
+@pytest.mark.parametrize("dropout", [False, True])
+def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dropout):
+    """Contiguous outputs take ``target_row_sums``; strided ones make it step aside for the plain loop."""
+    n = 40
+    indptr, indices, *_ = _graph(channels * 10 + heads, n)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(channels, n, indices.size, heads, channels, dtype, dropout)
+    blocks = num_att_blocks(n, 16) if n > 16 else 1
+    results = []
+    for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
+        upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
+        p_out, att_part = make((n, heads, channels)), make((blocks, heads, channels))
+        gatv2_backward_target_blocks(
+            0,
+            blocks,
+            indptr,
+            indices,
+            xl,
+            xr,
+            att,
+            dtype(0.2),
+            ACTIVATIONS["leaky_relu"],
+            edge_scale,
+            alpha,
+            grad,
+            upstream,
+            delta,
+            p_out,
+            att_part,
+        )
+        results.append([np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part)])
+    for name, fast, plain in zip(("upstream", "delta", "p_out", "att_part"), *results):
+        assert not np.isnan(fast).any(), name
+        assert fast.tobytes() == plain.tobytes(), name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("heads", "channels"), CASES)
+@pytest.mark.parametrize("dropout", [False, True])
+def test_source_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dropout):
+    """The vector sums (no prefetch, contiguous) against the plain loop, strided and with prefetch."""
+    n = 40
+    _, indices, src_indptr, src_edges, src_targets = _graph(channels * 10 + heads, n)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(
+        channels + 1, n, indices.size, heads, channels, dtype, dropout
+    )
+    delta = np.random.default_rng(channels).standard_normal((indices.size, heads)).astype(dtype)
+    results = []
+    for ahead, make in (
+        (None, lambda shape: np.full(shape, np.nan, dtype)),
+        (None, lambda shape: _strided(shape, dtype)),
+        (16, lambda shape: np.full(shape, np.nan, dtype)),
+    ):
+        q_out = make((n, heads, channels))
+        gatv2_backward_source_rows(
+            0,
+            n,
+            src_indptr,
+            src_edges,
+            src_targets,
+            xl,
+            xr,
+            att,
+            dtype(0.2),
+            ACTIVATIONS["leaky_relu"],
+            ahead,
+            edge_scale,
+            alpha,
+            delta,
+            grad,
+            q_out,
+        )
+        results.append(np.ascontiguousarray(q_out))
+    assert not np.isnan(results[0]).any()
+    assert results[0].tobytes() == results[1].tobytes()
+    assert results[0].tobytes() == results[2].tobytes()
