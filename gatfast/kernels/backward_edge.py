@@ -14,6 +14,8 @@ from numba import njit
 from .activations import LEAKY_RELU, act, act_slope
 from .backward import prefetch_source_edge, upstream_delta
 from .edge import edge_z
+from .edge_sums import source_edge_row_sums
+from .edge_terms import target_edge_terms
 from .prefetch import prefetch_row
 from .simd import dot3
 
@@ -72,32 +74,57 @@ def gatv2_backward_target_edge_blocks(
                     p_out[i, h, c] = zero
             upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
             for e in range(start, end):
-                edge_z(zb, xr, i, xl, indices[e], u, weT, e)
-                for h in range(heads):
-                    dl = delta[e, h]
-                    if leaky:  # branch-free, so the channel loop vectorises
-                        for c in range(channels):
-                            z = zb[0, h, c]
-                            pos = z > zero
-                            sb[0, h, c] = one if pos else slope
-                            att_part[b, h, c] += dl * (z if pos else slope * z)
-                    else:
-                        for c in range(channels):
-                            z = zb[0, h, c]
-                            sb[0, h, c] = act_slope(z, kind, slope)
-                            att_part[b, h, c] += dl * act(z, kind, slope)
-                    for c in range(channels):
-                        qb[0, h, c] = dl * att[h, c] * sb[0, h, c]  # q_ij = ∂L/∂z_ij
-                        p_out[i, h, c] += dl * sb[0, h, c]
+                j = indices[e]
+                # LeakyReLU: the channels in whole vectors without scratch rows (see edge_sums.py)
+                first = 0
+                if leaky:
+                    for h in range(heads):
+                        first = target_edge_terms(
+                            p_out,
+                            att_part,
+                            we_part,
+                            qb,
+                            b,
+                            i,
+                            h,
+                            e,
+                            j,
+                            xl,
+                            xr,
+                            att,
+                            u,
+                            weT,
+                            delta[e, h],
+                            slope,
+                        )
+                if first < channels:
+                    edge_z(zb, xr, i, xl, j, u, weT, e)
+                    for h in range(heads):
+                        dl = delta[e, h]
+                        if leaky:  # branch-free, so the channel loop vectorises
+                            for c in range(first, channels):
+                                z = zb[0, h, c]
+                                pos = z > zero
+                                sb[0, h, c] = one if pos else slope
+                                att_part[b, h, c] += dl * (z if pos else slope * z)
+                        else:
+                            for c in range(first, channels):
+                                z = zb[0, h, c]
+                                sb[0, h, c] = act_slope(z, kind, slope)
+                                att_part[b, h, c] += dl * act(z, kind, slope)
+                        for c in range(first, channels):
+                            qb[0, h, c] = dl * att[h, c] * sb[0, h, c]  # q_ij = ∂L/∂z_ij
+                            p_out[i, h, c] += dl * sb[0, h, c]
+                    for d in range(dims):
+                        ud = u[e, d]
+                        for h in range(heads):
+                            for c in range(first, channels):
+                                we_part[b, h, d, c] += qb[0, h, c] * ud
                 for d in range(dims):
                     g = zero
                     for h in range(heads):
                         g += dot3(weT, h, d, qb, 0, h)
                     grad_u[e, d] = g
-                    ud = u[e, d]
-                    for h in range(heads):
-                        for c in range(channels):
-                            we_part[b, h, d, c] += qb[0, h, c] * ud
             for h in range(heads):
                 for c in range(channels):
                     p_out[i, h, c] *= att[h, c]
@@ -135,10 +162,20 @@ def gatv2_backward_source_edge_rows(
     leaky = kind == LEAKY_RELU
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     for j in range(j0, j1):
+        lo = src_indptr[j]
+        hi = src_indptr[j + 1]
+        # LeakyReLU without prefetch: the channels in whole vectors in registers (see edge_sums.py)
+        first = 0
+        if ahead is None and leaky:
+            for h in range(heads):
+                args = (xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT)
+                first = source_edge_row_sums(q_out, j, h, *args, lo, hi, slope)
+        if first == channels:
+            continue
         for h in range(heads):
-            for c in range(channels):
+            for c in range(first, channels):
                 q_out[j, h, c] = zero
-        for p in range(src_indptr[j], src_indptr[j + 1]):
+        for p in range(lo, hi):
             if ahead is not None:
                 prefetch_source_edge(
                     p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes
@@ -154,11 +191,11 @@ def gatv2_backward_source_edge_rows(
                 if dropout:
                     w = w * edge_scale[e, h]
                 if leaky:  # branch-free
-                    for c in range(channels):
+                    for c in range(first, channels):
                         s = one if zb[0, h, c] > zero else slope
                         q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
                 else:
-                    for c in range(channels):
+                    for c in range(first, channels):
                         q_out[j, h, c] += (
                             dl * att[h, c] * act_slope(zb[0, h, c], kind, slope) + w * grad[i, h, c]
                         )

@@ -59,6 +59,26 @@ def vector_groups(builder, intp, channels, group, body):
     return builder.add(done, builder.mul(singles, ir.Constant(intp, LANES)))
 
 
+def arrays_ok(arrays, ndims):
+    """Whether ``arrays`` are Numba arrays of these ``ndims`` whose float dtypes are all one."""
+    if not all(isinstance(a, types.Array) for a in arrays):
+        return False
+    if tuple(a.ndim for a in arrays) != ndims:
+        return False
+    floats = [a for a in arrays if isinstance(a.dtype, types.Float)]
+    return len({a.dtype for a in floats}) == 1
+
+
+def all_contiguous(*arrays):
+    """Whether Numba types every one of ``arrays`` C-contiguous."""
+    return all(a.layout == "C" for a in arrays)
+
+
+def load_index(context, builder, ary, ty, k):
+    """``ary[k]`` of a 1-D integer array, as intp."""
+    return context.cast(builder, builder.load(element_pointer(builder, ary, [k])), ty.dtype, types.intp)
+
+
 def _row_start(builder, ary, ndim, row, h):
     """Pointer to ``ary[row, h, 0]`` (3-D) or ``ary[row, 0]`` (2-D)."""
     if ndim == 3:

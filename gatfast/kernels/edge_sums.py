@@ -12,6 +12,7 @@ intrinsics run the edge loop per group of 8-channel vectors with the sums in
 registers and store them once, for the channels ``[0, C - C mod 8)`` of one
 head; the kernels do the last ``C mod 8`` channels with their plain loops,
 and the source pass of graphs too large for the cache (its prefetching loop).
+The target pass with edge features has its own intrinsic (``edge_terms.py``).
 On Cora's graph at 8 x 8 (one thread, old and new code alternating in one
 process) the source pass went from 294 to 125 ns per edge and the target
 pass from 137 to 104; at 1 x 32 on batches of small graphs 50 -> 32 and
@@ -29,29 +30,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .combine import element_pointer, store_vector, vector_groups
+from .combine import all_contiguous, arrays_ok, element_pointer, load_index, store_vector, vector_groups
 from .simd import LANES, load_vector, row_pointer, splat
 
 TARGET_GROUP = 2  # vectors at once; two sums each
 SOURCE_GROUP = 4
-
-
-def _arrays_ok(arrays, ndims):
-    if not all(isinstance(a, types.Array) for a in arrays):
-        return False
-    if tuple(a.ndim for a in arrays) != ndims:
-        return False
-    floats = [a for a in arrays if isinstance(a.dtype, types.Float)]
-    return len({a.dtype for a in floats}) == 1
-
-
-def _contiguous(*arrays):
-    return all(a.layout == "C" for a in arrays)
-
-
-def _index(context, builder, ary, ty, k):
-    """``ary[k]`` of a 1-D integer array, as intp."""
-    return context.cast(builder, builder.load(element_pointer(builder, ary, [k])), ty.dtype, types.intp)
 
 
 @intrinsic
@@ -65,7 +48,7 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
     Returns the first channel not done (0 for arrays that are not C-contiguous).
     """
     arrays = (p_out, att_part, xl, xr, att, indices, delta)
-    if not _arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
+    if not arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
         return None
     sig = types.intp(
         p_out,
@@ -82,7 +65,7 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
         types.intp,
         p_out.dtype,
     )
-    vectorised = _contiguous(p_out, att_part, xl, xr, att)  # the rows read as vectors
+    vectorised = all_contiguous(p_out, att_part, xl, xr, att)  # the rows read as vectors
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
@@ -130,7 +113,7 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
             ps = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
             rs = [load_vector(builder, r_row, off, vec_ty) for off in offsets]
             with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (e, _):
-                j = _index(context, builder, arr["indices"], signature.args[8], e)
+                j = load_index(context, builder, arr["indices"], signature.args[8], e)
                 dl = splat(builder, builder.load(element_pointer(builder, arr["delta"], [e, h])), vec_ty)
                 l_row = row_pointer(builder, arr["xl"], j, h)
                 for part, p, r, off in zip(parts, ps, rs, offsets):
@@ -154,64 +137,30 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
     return sig, codegen
 
 
-@intrinsic
-def source_row_sums(
-    typingctx, q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, lo, hi, slope
-):
-    """Source ``j``, head ``h`` of the source pass (LeakyReLU), for the channels in whole vectors.
+_SOURCE_NAMES = (
+    "q_out",
+    "j",
+    "h",
+    "xl",
+    "xr",
+    "att",
+    "grad",
+    "src_edges",
+    "src_targets",
+    "alpha",
+    "delta",
+    "edge_scale",
+)
 
-    For each such channel ``c``: ``q_out[j, h, c] = Σ_p ((δ_e att[h, c]) s +
-    w_e grad[i, h, c])`` over ``p`` in ``[lo, hi)``, with ``e =
-    src_edges[p]``, ``i = src_targets[p]``, ``δ_e = delta[e, h]``, ``w_e =
-    alpha[e, h]`` (times ``edge_scale[e, h]`` when it is not empty) and ``s =
-    1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``. Returns the first
-    channel not done (0 for arrays that are not C-contiguous).
-    """
-    arrays = (q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
-    if not _arrays_ok(arrays, (3, 3, 3, 2, 3, 1, 1, 2, 2, 2)):
-        return None
-    if not (isinstance(src_edges.dtype, types.Integer) and isinstance(src_targets.dtype, types.Integer)):
-        return None
-    sig = types.intp(
-        q_out,
-        types.intp,
-        types.intp,
-        xl,
-        xr,
-        att,
-        grad,
-        src_edges,
-        src_targets,
-        alpha,
-        delta,
-        edge_scale,
-        types.intp,
-        types.intp,
-        q_out.dtype,
-    )
-    vectorised = _contiguous(q_out, xl, xr, att, grad)  # the rows read as vectors
+
+def _source_codegen(vectorised, with_edges):
+    """The code of :func:`source_row_sums` (``with_edges``: of :func:`source_edge_row_sums`)."""
+    names = _SOURCE_NAMES + (("u", "weT") if with_edges else ()) + ("lo", "hi", "slope")
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
         if not vectorised:
             return ir.Constant(intp, 0)
-        names = (
-            "q_out",
-            "j",
-            "h",
-            "xl",
-            "xr",
-            "att",
-            "grad",
-            "src_edges",
-            "src_targets",
-            "alpha",
-            "delta",
-            "edge_scale",
-            "lo",
-            "hi",
-            "slope",
-        )
         a = dict(zip(names, args))
         arr = {
             n: context.make_array(signature.args[k])(context, builder, args[k])
@@ -231,6 +180,23 @@ def source_row_sums(
         has_scale = builder.icmp_signed(
             ">", builder.extract_value(arr["edge_scale"].shape, 0), ir.Constant(intp, 0)
         )
+        dims = builder.extract_value(arr["u"].shape, 1) if with_edges else None
+
+        def pre_activations(e, i, ls, offsets):
+            """``z`` per vector: ``xr[i] + xl[j]``, then ``+ weT[h, d] u[e, d]`` for d = 0, 1, ..."""
+            r_row = row_pointer(builder, arr["xr"], i, h)
+            zs = [builder.fadd(load_vector(builder, r_row, off, vec_ty), l) for l, off in zip(ls, offsets)]
+            if not with_edges:
+                return zs
+            slots = [cgutils.alloca_once_value(builder, z) for z in zs]
+            with cgutils.for_range(builder, dims) as loop:
+                d = loop.index
+                ud = splat(builder, builder.load(element_pointer(builder, arr["u"], [e, d])), vec_ty)
+                w_row = row_pointer(builder, arr["weT"], h, d)
+                for slot, off in zip(slots, offsets):
+                    term = builder.fmul(load_vector(builder, w_row, off, vec_ty), ud)
+                    builder.store(builder.fadd(builder.load(slot), term), slot)
+            return [builder.load(slot) for slot in slots]
 
         def vectors(base, count):
             offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
@@ -238,8 +204,8 @@ def source_row_sums(
             ls = [load_vector(builder, l_row, off, vec_ty) for off in offsets]
             atts = [load_vector(builder, att_row, off, vec_ty) for off in offsets]
             with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (p, _):
-                e = _index(context, builder, arr["src_edges"], signature.args[7], p)
-                i = _index(context, builder, arr["src_targets"], signature.args[8], p)
+                e = load_index(context, builder, arr["src_edges"], signature.args[7], p)
+                i = load_index(context, builder, arr["src_targets"], signature.args[8], p)
                 dl = splat(builder, builder.load(element_pointer(builder, arr["delta"], [e, h])), vec_ty)
                 w = cgutils.alloca_once_value(
                     builder, builder.load(element_pointer(builder, arr["alpha"], [e, h]))
@@ -248,10 +214,8 @@ def source_row_sums(
                     scale = builder.load(element_pointer(builder, arr["edge_scale"], [e, h]))
                     builder.store(builder.fmul(builder.load(w), scale), w)
                 wv = splat(builder, builder.load(w), vec_ty)
-                r_row = row_pointer(builder, arr["xr"], i, h)
                 g_row = row_pointer(builder, arr["grad"], i, h)
-                for s, l, at, off in zip(sums, ls, atts, offsets):
-                    z = builder.fadd(load_vector(builder, r_row, off, vec_ty), l)
+                for s, z, at, off in zip(sums, pre_activations(e, i, ls, offsets), atts, offsets):
                     slope_or_one = builder.select(builder.fcmp_ordered(">", z, zero_v), one_v, slope_v)
                     term = builder.fadd(
                         builder.fmul(builder.fmul(dl, at), slope_or_one),
@@ -263,4 +227,88 @@ def source_row_sums(
 
         return vector_groups(builder, intp, channels, SOURCE_GROUP, vectors)
 
-    return sig, codegen
+    return codegen
+
+
+def _source_types_ok(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+    arrays = (q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
+    if not arrays_ok(arrays, (3, 3, 3, 2, 3, 1, 1, 2, 2, 2)):
+        return False
+    return isinstance(src_edges.dtype, types.Integer) and isinstance(src_targets.dtype, types.Integer)
+
+
+@intrinsic
+def source_row_sums(
+    typingctx, q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, lo, hi, slope
+):
+    """Source ``j``, head ``h`` of the source pass (LeakyReLU), for the channels in whole vectors.
+
+    For each such channel ``c``: ``q_out[j, h, c] = Σ_p ((δ_e att[h, c]) s +
+    w_e grad[i, h, c])`` over ``p`` in ``[lo, hi)``, with ``e =
+    src_edges[p]``, ``i = src_targets[p]``, ``δ_e = delta[e, h]``, ``w_e =
+    alpha[e, h]`` (times ``edge_scale[e, h]`` when it is not empty) and ``s =
+    1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``. Returns the first
+    channel not done (0 for arrays that are not C-contiguous).
+    """
+    if not _source_types_ok(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+        return None
+    head = (
+        q_out,
+        types.intp,
+        types.intp,
+        xl,
+        xr,
+        att,
+        grad,
+        src_edges,
+        src_targets,
+        alpha,
+        delta,
+        edge_scale,
+    )
+    sig = types.intp(*head, types.intp, types.intp, q_out.dtype)
+    return sig, _source_codegen(all_contiguous(q_out, xl, xr, att, grad), with_edges=False)
+
+
+@intrinsic
+def source_edge_row_sums(
+    typingctx,
+    q_out,
+    j,
+    h,
+    xl,
+    xr,
+    att,
+    grad,
+    src_edges,
+    src_targets,
+    alpha,
+    delta,
+    edge_scale,
+    u,
+    weT,
+    lo,
+    hi,
+    slope,
+):
+    """:func:`source_row_sums` with edge features: ``z`` gains ``Σ_d weT[h, d, c] u[e, d]`` (``edge.py``)."""
+    if not _source_types_ok(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+        return None
+    if not arrays_ok((q_out, u, weT), (3, 2, 3)):
+        return None
+    head = (
+        q_out,
+        types.intp,
+        types.intp,
+        xl,
+        xr,
+        att,
+        grad,
+        src_edges,
+        src_targets,
+        alpha,
+        delta,
+        edge_scale,
+    )
+    sig = types.intp(*head, u, weT, types.intp, types.intp, q_out.dtype)
+    return sig, _source_codegen(all_contiguous(q_out, xl, xr, att, grad, weT), with_edges=True)

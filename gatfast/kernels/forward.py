@@ -32,7 +32,7 @@ from .activations import LEAKY_RELU, act
 from .combine import combine_rows
 from .edge import edge_z
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
-from .simd import leaky_dot, leaky_score
+from .simd import leaky_dot, leaky_edge_score, leaky_score
 
 
 @njit(nogil=True, cache=True)
@@ -75,6 +75,9 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
     row_bytes = heads * channels * xl.itemsize
     zero = xl.dtype.type(0.0)
     simd = kind == LEAKY_RELU and att.strides[1] == att.itemsize
+    # z formed in registers needs contiguous channels in the rows it reads (the layer's buffers)
+    in_registers = simd and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize \
+        and weT.strides[2] == weT.itemsize
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     for i in range(r0, r1):
         start = indptr[i]
@@ -82,6 +85,10 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
         for e in range(start, end):
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+            if in_registers:  # the same operations as edge_z then leaky_dot, without the scratch row
+                for h in range(heads):
+                    alpha[e, h] = leaky_edge_score(att, xr, i, xl, indices[e], u, weT, e, h, slope)
+                continue
             edge_z(zb, xr, i, xl, indices[e], u, weT, e)
             for h in range(heads):
                 if simd:

@@ -225,3 +225,70 @@ def leaky_dot(typingctx, att, z, row, h, slope):
         return _reduction(context, builder, lanes, tail, channels, fty)
 
     return sig, codegen
+
+
+@intrinsic
+def leaky_edge_score(typingctx, att, xr, i, xl, j, u, weT, e, h, slope):
+    """``Σ_c att[h, c] * LeakyReLU(z_c)``, ``z`` the pre-activation of ``edge.edge_z`` formed in registers.
+
+    ``z_c = (xr[i, h, c] + xl[j, h, c]) + Σ_d weT[h, d, c] * u[e, d]``, the
+    sum over ``d`` in order: the same operations as ``edge_z`` followed by
+    :func:`leaky_dot`, so the same bits, without the scratch row. Needs
+    contiguous channels in ``xr``, ``xl`` and ``weT`` (the caller checks).
+    """
+    if not (isinstance(att, types.Array) and att.ndim == 2 and _check_3d(xr, xl, weT)):
+        return None
+    if not (isinstance(u, types.Array) and u.ndim == 2):
+        return None
+    if not att.dtype == xr.dtype == xl.dtype == u.dtype == weT.dtype:
+        return None
+    sig = att.dtype(att, xr, types.intp, xl, types.intp, u, weT, types.intp, types.intp, att.dtype)
+
+    def codegen(context, builder, signature, args):
+        arr_att, arr_r, arr_l, arr_u, arr_w = (
+            context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 1, 3, 5, 6)
+        )
+        e, h, slope = args[7], args[8], args[9]
+        fty = context.get_value_type(signature.args[0].dtype)
+        i8p = ir.IntType(8).as_pointer()
+        att_offset = builder.mul(h, builder.extract_value(arr_att.strides, 0))
+        pa = builder.bitcast(builder.gep(builder.bitcast(arr_att.data, i8p), [att_offset]), arr_att.data.type)
+        pr = row_pointer(builder, arr_r, args[2], h)
+        pl = row_pointer(builder, arr_l, args[4], h)
+        channels = builder.extract_value(arr_att.shape, 1)
+        dims = builder.extract_value(arr_u.shape, 1)
+        u_stride0 = builder.extract_value(arr_u.strides, 0)
+        u_stride1 = builder.extract_value(arr_u.strides, 1)
+
+        def attribute(d):
+            offset = builder.add(builder.mul(e, u_stride0), builder.mul(d, u_stride1))
+            pointer = builder.gep(builder.bitcast(arr_u.data, i8p), [offset])
+            return builder.load(builder.bitcast(pointer, arr_u.data.type))
+
+        def pre_activation(first, load, wrap):
+            """``z`` at ``first`` (a vector with ``load``/``wrap`` for vectors, a scalar otherwise)."""
+            z = cgutils.alloca_once_value(builder, builder.fadd(load(pr, first), load(pl, first)))
+            with cgutils.for_range(builder, dims) as loop:
+                w = load(row_pointer(builder, arr_w, h, loop.index), first)
+                builder.store(builder.fadd(builder.load(z), builder.fmul(w, wrap(attribute(loop.index)))), z)
+            return builder.load(z)
+
+        def leaky(z, zero, slope_v):
+            positive = builder.fcmp_ordered(">", z, zero)
+            return builder.select(positive, z, builder.fmul(slope_v, z))
+
+        def lanes(base, vec_ty):
+            zv = pre_activation(
+                base, lambda p, c: load_vector(builder, p, c, vec_ty), lambda s: splat(builder, s, vec_ty)
+            )
+            act = leaky(zv, ir.Constant(vec_ty, None), splat(builder, slope, vec_ty))
+            return builder.fmul(load_vector(builder, pa, base, vec_ty), act)
+
+        def tail(c):
+            z = pre_activation(c, lambda p, k: builder.load(builder.gep(p, [k])), lambda s: s)
+            act = leaky(z, ir.Constant(fty, 0.0), slope)
+            return builder.fmul(builder.load(builder.gep(pa, [c])), act)
+
+        return _reduction(context, builder, lanes, tail, channels, fty)
+
+    return sig, codegen
