@@ -42,6 +42,15 @@ def element_pointer(builder, ary, indices):
     return builder.bitcast(builder.gep(builder.bitcast(ary.data, i8p), [offset]), ary.data.type)
 
 
+def times_scale(builder, w, has_scale, scale_pointer, unit):
+    """``w * scale`` where there is a scale, else ``w * 1.0``, which is ``w`` exactly: no branch in the loop.
+
+    ``unit`` points at a 1.0 of ``w``'s type; ``scale_pointer`` is only read
+    when ``has_scale``. A branch there made LLVM compile each edge loop twice.
+    """
+    return builder.fmul(w, builder.load(builder.select(has_scale, scale_pointer, unit)))
+
+
 def vector_groups(builder, intp, channels, group, body):
     """Call ``body(base, count)`` for the channels in whole vectors: groups of ``group``, then one at a time.
 
@@ -134,6 +143,7 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
         po = _row_start(builder, a_out, ndim, i, h)
         channels = builder.extract_value(a_out.shape, ndim - 1)
         has_scale = builder.icmp_signed(">", builder.extract_value(a_scale.shape, 0), ir.Constant(intp, 0))
+        unit = cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0))
 
         def term(k):
             """``(w_k, pointer to src[idx[k], h, 0])``."""
@@ -143,17 +153,11 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
                 signature.args[4].dtype,
                 types.intp,
             )
-            w = cgutils.alloca_once_value(
-                builder, builder.load(element_pointer(builder, a_coef, [k, h][:coef_ndim]))
+            w = builder.load(element_pointer(builder, a_coef, [k, h][:coef_ndim]))
+            w = times_scale(
+                builder, w, has_scale, element_pointer(builder, a_scale, [k, h][:coef_ndim]), unit
             )
-            with builder.if_then(has_scale):
-                builder.store(
-                    builder.fmul(
-                        builder.load(w), builder.load(element_pointer(builder, a_scale, [k, h][:coef_ndim]))
-                    ),
-                    w,
-                )
-            return builder.load(w), _row_start(builder, a_src, ndim, j, h)
+            return w, _row_start(builder, a_src, ndim, j, h)
 
         def vectors(base, count):
             """Channels ``[base, base + 8 count)``: ``count`` vector sums over all k, then one store each."""

@@ -30,7 +30,15 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .combine import all_contiguous, arrays_ok, element_pointer, load_index, store_vector, vector_groups
+from .combine import (
+    all_contiguous,
+    arrays_ok,
+    element_pointer,
+    load_index,
+    store_vector,
+    times_scale,
+    vector_groups,
+)
 from .simd import LANES, load_vector, row_pointer, splat
 
 TARGET_GROUP = 2  # vectors at once; two sums each
@@ -181,6 +189,7 @@ def _source_codegen(vectorised, with_edges):
             ">", builder.extract_value(arr["edge_scale"].shape, 0), ir.Constant(intp, 0)
         )
         dims = builder.extract_value(arr["u"].shape, 1) if with_edges else None
+        unit = cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0))
 
         def pre_activations(e, i, ls, offsets):
             """``z`` per vector: ``xr[i] + xl[j]``, then ``+ weT[h, d] u[e, d]`` for d = 0, 1, ..."""
@@ -207,13 +216,11 @@ def _source_codegen(vectorised, with_edges):
                 e = load_index(context, builder, arr["src_edges"], signature.args[7], p)
                 i = load_index(context, builder, arr["src_targets"], signature.args[8], p)
                 dl = splat(builder, builder.load(element_pointer(builder, arr["delta"], [e, h])), vec_ty)
-                w = cgutils.alloca_once_value(
-                    builder, builder.load(element_pointer(builder, arr["alpha"], [e, h]))
+                w = builder.load(element_pointer(builder, arr["alpha"], [e, h]))
+                w = times_scale(
+                    builder, w, has_scale, element_pointer(builder, arr["edge_scale"], [e, h]), unit
                 )
-                with builder.if_then(has_scale):
-                    scale = builder.load(element_pointer(builder, arr["edge_scale"], [e, h]))
-                    builder.store(builder.fmul(builder.load(w), scale), w)
-                wv = splat(builder, builder.load(w), vec_ty)
+                wv = splat(builder, w, vec_ty)
                 g_row = row_pointer(builder, arr["grad"], i, h)
                 for s, z, at, off in zip(sums, pre_activations(e, i, ls, offsets), atts, offsets):
                     slope_or_one = builder.select(builder.fcmp_ordered(">", z, zero_v), one_v, slope_v)
