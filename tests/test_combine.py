@@ -23,7 +23,7 @@ def _combined_2d(indptr, indices, src, coef, scale, out):
 
 
 def plain_loop(indptr, indices, src, coef, scale):
-    """The loop order the kernels had before: ``out[i] = 0``, then ``out[i] += w_k * src[j]`` per term, in numpy."""
+    """The old loop order, in numpy: ``out[i] = 0``, then ``out[i] += w_k * src[j]`` per term."""
     rows = indptr.size - 1
     out = np.zeros((rows,) + src.shape[1:], src.dtype)
     for i in range(rows):
@@ -47,7 +47,8 @@ def _case(seed, rows, sources, heads, channels, dtype, index_dtype=np.int64, max
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("channels", [1, 7, 8, 9, 16, 17, 31, 32, 33, 64, 71])
+# tails alone, single vectors, whole groups of 32, groups followed by single vectors and a tail (40, 57)
+@pytest.mark.parametrize("channels", [1, 7, 8, 9, 16, 17, 31, 32, 33, 40, 57, 64, 71])
 @pytest.mark.parametrize("heads", [1, 3])
 @pytest.mark.parametrize("with_scale", [False, True])
 def test_combine_rows_gives_the_plain_loops_bits(dtype, channels, heads, with_scale):

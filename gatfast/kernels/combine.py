@@ -14,7 +14,9 @@ check of the strides cost the sparse products a quarter of their time.
 
 Every channel's sum is the same sequence of IEEE operations as the plain
 loop, ``((0 + w_lo s_lo) + w_(lo+1) s_(lo+1)) + ...`` in ``k`` order (a
-multiply, then an add, never fused), so the result is the same bits. The
+multiply, then an add, never fused), so the result is the same bits, for
+an ``out`` that does not overlap ``src`` (the loop stored each partial sum
+before reading the next term; every caller's output is its own array). The
 last ``C mod 8`` channels run in the plain loop order on the output row.
 """
 
@@ -25,7 +27,7 @@ from numba.extending import intrinsic
 
 from .simd import LANES, load_vector, row_pointer, splat
 
-GROUP = 4  # vectors summed at once: 4 x 8 float32 or float64 lanes stay in 16 AVX2 registers
+GROUP = 4  # vectors summed at once: 4 sums (8 float64 registers on AVX2) plus a row and a weight
 
 
 def store_vector(builder, ptr, index, value):

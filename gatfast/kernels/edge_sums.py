@@ -42,7 +42,7 @@ from .combine import (
 from .simd import LANES, load_vector, row_pointer, splat
 
 TARGET_GROUP = 2  # vectors at once; two sums each
-SOURCE_GROUP = 4
+SOURCE_GROUP = 4  # 4 sums and the xl and att rows they reuse: float64 spills some on AVX2, float32 fits
 
 
 @intrinsic

@@ -234,7 +234,8 @@ def leaky_edge_score(typingctx, att, xr, i, xl, j, u, weT, e, h, slope):
     ``z_c = (xr[i, h, c] + xl[j, h, c]) + Σ_d weT[h, d, c] * u[e, d]``, the
     sum over ``d`` in order: the same operations as ``edge_z`` followed by
     :func:`leaky_dot`, so the same bits, without the scratch row. Needs
-    contiguous channels in ``xr``, ``xl`` and ``weT`` (the caller checks).
+    contiguous channels in ``att``, ``xr``, ``xl`` and ``weT``: the caller
+    checks the strides at run time (the forward kernel's ``in_registers``).
     """
     if not (isinstance(att, types.Array) and att.ndim == 2 and _check_3d(xr, xl, weT)):
         return None

@@ -16,8 +16,11 @@ from .combine import combine_rows
 
 @njit(inline="always", cache=True)
 def _add_bias(r0, r1, bias, out):
+    """``out[r0:r1] += bias`` (a bias of size 0: none), over ``out``'s width."""
+    if bias.size == 0:
+        return
     for i in range(r0, r1):
-        for c in range(bias.size):
+        for c in range(out.shape[1]):
             out[i, c] += bias[c]
 
 
