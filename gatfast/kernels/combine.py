@@ -25,69 +25,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .ir_parts import element_pointer, store_vector, times_scale, vector_groups
 from .simd import LANES, load_vector, row_pointer, splat
 
 GROUP = 4  # vectors summed at once: 4 sums (8 float64 registers on AVX2) plus a row and a weight
-
-
-def store_vector(builder, ptr, index, value):
-    builder.store(value, builder.bitcast(builder.gep(ptr, [index]), value.type.as_pointer()), align=1)
-
-
-def element_pointer(builder, ary, indices):
-    """Pointer to ``ary[indices]`` from the data pointer and strides (any number of dimensions)."""
-    offset = None
-    for axis, index in enumerate(indices):
-        term = builder.mul(index, builder.extract_value(ary.strides, axis))
-        offset = term if offset is None else builder.add(offset, term)
-    i8p = ir.IntType(8).as_pointer()
-    return builder.bitcast(builder.gep(builder.bitcast(ary.data, i8p), [offset]), ary.data.type)
-
-
-def times_scale(builder, w, has_scale, scale_pointer, unit):
-    """``w * scale`` where there is a scale, else ``w * 1.0``, which is ``w`` exactly: no branch in the loop.
-
-    ``unit`` points at a 1.0 of ``w``'s type; ``scale_pointer`` is only read
-    when ``has_scale``. A branch there made LLVM compile each edge loop twice.
-    """
-    return builder.fmul(w, builder.load(builder.select(has_scale, scale_pointer, unit)))
-
-
-def vector_groups(builder, intp, channels, group, body):
-    """Call ``body(base, count)`` for the channels in whole vectors: groups of ``group``, then one at a time.
-
-    ``body`` emits the code for the channels ``[base, base + 8 count)``.
-    Returns the first channel left over (``C - C mod 8``).
-    """
-    group_width = ir.Constant(intp, group * LANES)
-    groups = builder.udiv(channels, group_width)
-    with cgutils.for_range(builder, groups) as loop:
-        body(builder.mul(loop.index, group_width), group)
-    done = builder.mul(groups, group_width)
-    singles = builder.udiv(builder.sub(channels, done), ir.Constant(intp, LANES))
-    with cgutils.for_range(builder, singles) as loop:
-        body(builder.add(done, builder.mul(loop.index, ir.Constant(intp, LANES))), 1)
-    return builder.add(done, builder.mul(singles, ir.Constant(intp, LANES)))
-
-
-def arrays_ok(arrays, ndims):
-    """Whether ``arrays`` are Numba arrays of these ``ndims`` whose float dtypes are all one."""
-    if not all(isinstance(a, types.Array) for a in arrays):
-        return False
-    if tuple(a.ndim for a in arrays) != ndims:
-        return False
-    floats = [a for a in arrays if isinstance(a.dtype, types.Float)]
-    return len({a.dtype for a in floats}) == 1
-
-
-def all_contiguous(*arrays):
-    """Whether Numba types every one of ``arrays`` C-contiguous."""
-    return all(a.layout == "C" for a in arrays)
-
-
-def load_index(context, builder, ary, ty, k):
-    """``ary[k]`` of a 1-D integer array, as intp."""
-    return context.cast(builder, builder.load(element_pointer(builder, ary, [k])), ty.dtype, types.intp)
 
 
 def _row_start(builder, ary, ndim, row, h):

@@ -30,10 +30,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .combine import (
+from .ir_parts import (
     all_contiguous,
     arrays_ok,
     element_pointer,
+    leaky_setup,
     load_index,
     store_vector,
     times_scale,
@@ -94,17 +95,8 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
             "hi",
             "slope",
         )
-        a = dict(zip(names, args))
-        arr = {
-            n: context.make_array(signature.args[k])(context, builder, args[k])
-            for k, n in enumerate(names)
-            if isinstance(signature.args[k], types.Array)
-        }
-        fty = context.get_value_type(signature.args[0].dtype)
-        vec_ty = ir.VectorType(fty, LANES)
-        zero_v = ir.Constant(vec_ty, None)
-        one_v = splat(builder, ir.Constant(fty, 1.0), vec_ty)
-        slope_v = splat(builder, a["slope"], vec_ty)
+        a, arr, v = leaky_setup(context, builder, signature, args, names)
+        vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         h = a["h"]
         p_row = row_pointer(builder, arr["p_out"], a["i"], h)
         part_row = row_pointer(builder, arr["att_part"], a["b"], h)
@@ -169,17 +161,8 @@ def _source_codegen(vectorised, with_edges):
         intp = context.get_value_type(types.intp)
         if not vectorised:
             return ir.Constant(intp, 0)
-        a = dict(zip(names, args))
-        arr = {
-            n: context.make_array(signature.args[k])(context, builder, args[k])
-            for k, n in enumerate(names)
-            if isinstance(signature.args[k], types.Array)
-        }
-        fty = context.get_value_type(signature.args[0].dtype)
-        vec_ty = ir.VectorType(fty, LANES)
-        zero_v = ir.Constant(vec_ty, None)
-        one_v = splat(builder, ir.Constant(fty, 1.0), vec_ty)
-        slope_v = splat(builder, a["slope"], vec_ty)
+        a, arr, v = leaky_setup(context, builder, signature, args, names)
+        fty, vec_ty, zero_v, one_v, slope_v = v.fty, v.vec, v.zero, v.one, v.slope
         h = a["h"]
         q_row = row_pointer(builder, arr["q_out"], a["j"], h)
         l_row = row_pointer(builder, arr["xl"], a["j"], h)

@@ -18,8 +18,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .combine import all_contiguous, arrays_ok, element_pointer, store_vector, vector_groups
-from .simd import LANES, load_vector, row_pointer, splat
+from .ir_parts import all_contiguous, arrays_ok, element_pointer, leaky_setup, store_vector, vector_groups
+from .simd import load_vector, row_pointer, splat
 
 
 @intrinsic
@@ -49,17 +49,8 @@ def target_edge_terms(typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl
         if not vectorised:
             return ir.Constant(intp, 0)
         names = ("p_out", "att_part", "we_part", "qb", "b", "i", "h", "e", "j", "xl", "xr", "att", "u", "weT")
-        a = dict(zip(names + ("dl", "slope"), args))
-        arr = {
-            n: context.make_array(signature.args[k])(context, builder, args[k])
-            for k, n in enumerate(names)
-            if isinstance(signature.args[k], types.Array)
-        }
-        fty = context.get_value_type(signature.args[0].dtype)
-        vec_ty = ir.VectorType(fty, LANES)
-        zero_v = ir.Constant(vec_ty, None)
-        one_v = splat(builder, ir.Constant(fty, 1.0), vec_ty)
-        slope_v = splat(builder, a["slope"], vec_ty)
+        a, arr, v = leaky_setup(context, builder, signature, args, names + ("dl", "slope"))
+        vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         dl = splat(builder, a["dl"], vec_ty)
         h, e, b = a["h"], a["e"], a["b"]
         zero = ir.Constant(intp, 0)
