@@ -220,11 +220,14 @@ def _source_codegen(vectorised, with_edges):
     return codegen
 
 
-def _source_types_ok(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+def _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+    """The argument types both source intrinsics start with (``j``, ``h``: intp), or None if they do not fit."""
     arrays = (q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
     if not arrays_ok(arrays, (3, 3, 3, 2, 3, 1, 1, 2, 2, 2)):
-        return False
-    return isinstance(src_edges.dtype, types.Integer) and isinstance(src_targets.dtype, types.Integer)
+        return None
+    if not (isinstance(src_edges.dtype, types.Integer) and isinstance(src_targets.dtype, types.Integer)):
+        return None
+    return (q_out, types.intp, types.intp) + arrays[1:]
 
 
 @intrinsic
@@ -240,22 +243,9 @@ def source_row_sums(
     1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``. Returns the first
     channel not done (0 for arrays that are not C-contiguous).
     """
-    if not _source_types_ok(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+    head = _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
+    if head is None:
         return None
-    head = (
-        q_out,
-        types.intp,
-        types.intp,
-        xl,
-        xr,
-        att,
-        grad,
-        src_edges,
-        src_targets,
-        alpha,
-        delta,
-        edge_scale,
-    )
     sig = types.intp(*head, types.intp, types.intp, q_out.dtype)
     return sig, _source_codegen(all_contiguous(q_out, xl, xr, att, grad), with_edges=False)
 
@@ -282,23 +272,8 @@ def source_edge_row_sums(
     slope,
 ):
     """:func:`source_row_sums` with edge features: ``z`` gains ``Σ_d weT[h, d, c] u[e, d]`` (``edge.py``)."""
-    if not _source_types_ok(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
+    head = _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
+    if head is None or not arrays_ok((q_out, u, weT), (3, 2, 3)):
         return None
-    if not arrays_ok((q_out, u, weT), (3, 2, 3)):
-        return None
-    head = (
-        q_out,
-        types.intp,
-        types.intp,
-        xl,
-        xr,
-        att,
-        grad,
-        src_edges,
-        src_targets,
-        alpha,
-        delta,
-        edge_scale,
-    )
     sig = types.intp(*head, u, weT, types.intp, types.intp, q_out.dtype)
     return sig, _source_codegen(all_contiguous(q_out, xl, xr, att, grad, weT), with_edges=True)
