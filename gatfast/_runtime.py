@@ -28,8 +28,6 @@ from contextlib import contextmanager, nullcontext
 
 import numba
 
-from . import _validate as V
-
 __all__ = [
     "CHUNKS_PER_THREAD",
     "PARALLEL_WORK",
@@ -181,7 +179,11 @@ def threads(n):
     if n is None:
         yield
         return
-    n = V.check_int(n, "threads", 1)
+    from ._validate import (
+        check_int,  # here, not at the top: _validate runs its big checks on this module's pool
+    )
+
+    n = check_int(n, "threads", 1)
     if n > numba.config.NUMBA_NUM_THREADS:
         raise ValueError(f"threads must be <= {numba.config.NUMBA_NUM_THREADS} on this machine, got {n}")
     old = numba.get_num_threads()

@@ -5,7 +5,7 @@ import pytest
 
 from gatfast._validate import all_finite
 from gatfast.kernels import column_sum
-from gatfast.layers.dense import add_bias_finite
+from gatfast.layers.rowwise import add_bias_finite
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -19,9 +19,9 @@ import numpy as np
 
 from gatfast import _validate as V
 from gatfast._runtime import blas_single_thread
-from gatfast.kernels import column_sum
-from gatfast.layers.dense import add_bias_finite, dense_backward, dense_projections, sparse_matmul2
+from gatfast.layers.dense import dense_backward, dense_projections, sparse_matmul2
 from gatfast.layers.inputs import resolve_inputs
+from gatfast.layers.rowwise import add_bias_finite, bias_gradient
 
 from .model import Gather, Kernel, Model, bound, step_footprint
 
@@ -126,7 +126,7 @@ def k_check_grad(d, s=None):
 
     def run():
         V.check_dense(s.grad_out, "grad_out", (d.n, d.hc), s.dtype)
-        column_sum(s.grad_out)
+        bias_gradient(s.grad_out)
 
     return Kernel("check_grad", "checks: grad_out finite + bias grad", model, run if s else None)
 

@@ -14,7 +14,6 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 
 from .. import _runtime
-from .._validate import all_finite
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
 from ..kernels.dense_small import project2, project2_backward
 from ..kernels.gemm import TILE_BYTES, matmul_rows
@@ -23,7 +22,6 @@ from ..kernels.reduce import add_bias_rows
 __all__ = [
     "SMALL_PRODUCT",
     "add_bias",
-    "add_bias_finite",
     "bias_or_empty",
     "dense_backward",
     "dense_projections",
@@ -50,13 +48,6 @@ def add_bias(out, bias):
         add_bias_rows(out, readonly(bias))
     else:
         out += bias
-
-
-def add_bias_finite(out, bias):
-    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf."""
-    if bias is not None:
-        add_bias(out, bias)
-    return all_finite(out)
 
 
 def bias_or_empty(b, dtype):

@@ -17,11 +17,12 @@ from .._random import RandomKeys
 from ..kernels import ACTIVATIONS
 from . import pyg, small
 from .cache import LayerCache
-from .dense import add_bias_finite, linear, project_inputs
+from .dense import linear, project_inputs
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
 from .passes import attention_backward, attention_dropout, attention_forward, kernel_constants
+from .rowwise import add_bias_finite
 from .shapes import layer_parameter_shapes
 from .workspace import Workspace
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels import column_sum
 from .dense import dense_backward, is_small, matmul_add, small_projection_grads, sparse_matmul2, weight_grad
+from .rowwise import bias_gradient
 
 __all__ = ["input_side_grads"]
 
@@ -31,7 +31,7 @@ def _one_side(x, x_t, grad, W, with_bias, ws, key, need_x=True):
         grad_x = ws.empty(key, x.shape, grad.dtype) if need_x else None
         gW, gb, _, _ = dense_backward(x, grad, None, W, None, grad_x, with_bias)
         return gW, gb, grad_x
-    return weight_grad(grad, x, x_t), (column_sum(grad) if with_bias else None), None
+    return weight_grad(grad, x, x_t), (bias_gradient(grad) if with_bias else None), None
 
 
 def _same_input(layer, x, grad_xl, grad_xr, params, ws, need_x=True):
@@ -62,7 +62,7 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws, need_x=True):
     if layer.share_weights:
         grad_xl += grad_xr
         grads["W_l"] = weight_grad(grad_xl, x, x_t)
-        grads["b_l"] = column_sum(grad_xl) if bias else None
+        grads["b_l"] = bias_gradient(grad_xl) if bias else None
         return grads, None
     # sparse x: both weight gradients in one pass over its transpose
     g_l = np.empty((x_t.shape[0], H * C), x.dtype)
@@ -70,8 +70,8 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws, need_x=True):
     empty = np.zeros(0, x.dtype)
     sparse_matmul2(x_t, grad_xl, grad_xr, empty, empty, g_l, g_r)
     grads["W_l"], grads["W_r"] = np.ascontiguousarray(g_l.T), np.ascontiguousarray(g_r.T)
-    grads["b_l"] = column_sum(grad_xl) if bias else None
-    grads["b_r"] = column_sum(grad_xr) if bias else None
+    grads["b_l"] = bias_gradient(grad_xl) if bias else None
+    grads["b_r"] = bias_gradient(grad_xr) if bias else None
     return grads, None
 
 
@@ -126,7 +126,7 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws, inpu
         gn = g_heads.reshape(n_dst, H * C)
         grads["W_n"] = weight_grad(gn, x_dst, x_dst_t)
         if layer.bias:
-            grads["b_n"] = column_sum(gn)
+            grads["b_n"] = bias_gradient(gn)
         if grad_x_dst is not None:
             matmul_add(gn, params["W_n"], grad_x_dst)
     if layer.residual:

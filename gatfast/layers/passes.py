@@ -31,6 +31,7 @@ from ..kernels.prefetch import source_pass_ahead
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_keep
+from .rowwise import bias_gradient
 
 __all__ = [
     "KernelConstants",
@@ -140,7 +141,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
         g_heads = ws.empty("g_heads", (n_dst, H, C), dtype)
         np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
     if layer.bias:
-        grads["bias"] = column_sum(grad_out)
+        grads["bias"] = bias_gradient(grad_out)
 
     kind, slope = layer.constants.kind, layer.constants.slope
     weT = readonly(_edge_weights(layer, params))

@@ -1,0 +1,75 @@
+"""A layer's passes over its biggest arrays that are not products: the output bias and its finiteness check, and
+the bias gradient's column sums, in fixed blocks of rows on the thread pool.
+
+On one thread these streaming passes are cheap next to the kernels, but
+they do not shrink with more threads: on a 16-core Intel Xeon they were 27
+of the 95 ms of a 16-thread forward + backward of the 200,000-node ``large``
+workload (``bench/threads.py``). The blocks are fixed by the array's shape
+alone, so the results are the same bits for any thread count; arrays below
+:data:`PARALLEL_ELEMENTS` run as one call on the calling thread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _runtime
+from .._validate import PARALLEL_ELEMENTS, all_finite
+from ..kernels import column_sum, readonly
+from ..kernels.reduce import add_bias_rows
+
+__all__ = ["BIAS_CHUNK", "COLUMN_BLOCK_ROWS", "add_bias_finite", "bias_gradient"]
+
+#: Elements per chunk of the bias-and-check pass: the check reads the chunk while the bias add has just left it
+#: in the core's L2 cache (512 KiB of float32).
+BIAS_CHUNK = 1 << 17
+
+#: Rows per block of a bias gradient: each block is summed row after row, then the block sums are added in
+#: block order. Up to this many rows that is one block, the plain row-by-row sum (numpy's ``sum(axis=0)`` bits).
+COLUMN_BLOCK_ROWS = 8192
+
+
+def _run(task, chunks, size):
+    if size < PARALLEL_ELEMENTS:
+        return [task(*c) for c in chunks]
+    return _runtime.run_chunks(task, chunks)
+
+
+def add_bias_finite(out, bias):
+    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf."""
+    fast = out.ndim == 2 and out.flags.c_contiguous and (bias is None or out.dtype == bias.dtype)
+    if not fast or out.size < PARALLEL_ELEMENTS:
+        if bias is not None:
+            if fast:
+                add_bias_rows(out, readonly(bias))
+            else:
+                out += bias
+        return all_finite(out)
+    b = None if bias is None else readonly(bias)
+
+    def task(start, stop):
+        block = out[start:stop]
+        if b is not None:
+            add_bias_rows(block, b)
+        return all_finite(block)  # below PARALLEL_ELEMENTS: one call on this thread
+
+    rows = max(1, BIAS_CHUNK // max(out.shape[1], 1))
+    n = out.shape[0]
+    return all(_run(task, [(start, min(n, start + rows)) for start in range(0, n, rows)], out.size))
+
+
+def bias_gradient(grad):
+    """``grad.sum(axis=0)`` for a 2-D ``grad``: rows summed in order within blocks of :data:`COLUMN_BLOCK_ROWS`,
+    the block sums added in block order (a new 1-D array)."""
+    n = grad.shape[0]
+    if n <= COLUMN_BLOCK_ROWS:
+        return column_sum(grad)
+    parts = _run(
+        lambda start, stop: column_sum(grad[start:stop]),
+        [(start, min(n, start + COLUMN_BLOCK_ROWS)) for start in range(0, n, COLUMN_BLOCK_ROWS)],
+        grad.size,
+    )
+    total = parts[0]
+    for part in parts[1:]:
+        np.add(total, part, out=total)
+    return total
