@@ -51,6 +51,13 @@ SERIAL_WORK = 1 << 15
 #: 28 % when split in two, and gained 8-30 % from 2^16.8 units (8 chunks).
 PARALLEL_WORK = 1 << 17
 
+#: The least work worth waking one more thread for. Each woken thread costs
+#: the caller more than its share of small work once there are many: on a
+#: 16-core Intel Xeon (``bench/threads.py``), the 1024-graph ``small-batch``
+#: layer (3.3 million units per edge pass) took 5.3 ms a step on 4 threads
+#: and 8.2 ms on 16 with every thread woken.
+THREAD_WORK = 1 << 19
+
 #: Chunks of rows per thread: enough for threads that finish early to take
 #: another (graphs with hubs have very uneven rows), few enough that the
 #: per-chunk cost (a few microseconds) stays small.
@@ -79,7 +86,7 @@ def run_rows(kernel, count, args, work):
     gets several chunks per thread, not one: a helper that wakes late then
     still takes its share, where one chunk each made the caller wait for it.
     """
-    workers = numba.get_num_threads()
+    workers = _workers_for(work)
     pieces = min(count, workers * CHUNKS_PER_THREAD, work // max(SERIAL_WORK, 1))
     if workers <= 1 or pieces <= 1 or work < PARALLEL_WORK:
         kernel(0, count, *args)
@@ -87,6 +94,14 @@ def run_rows(kernel, count, args, work):
     size = -(-count // pieces)
     chunks = [(start, min(count, start + size)) for start in range(0, count, size)]
     _share(lambda start, stop: kernel(start, stop, *args), chunks, workers)
+
+
+def _workers_for(work):
+    """Threads to use for ``work``: Numba's count, at most one per :data:`THREAD_WORK` (at least 2)."""
+    threads = numba.get_num_threads()
+    if work is None or threads <= 2:
+        return threads
+    return min(threads, max(2, work // max(THREAD_WORK, 1)))
 
 
 def _share(task, chunks, workers):
@@ -247,15 +262,17 @@ def blas_single_thread(work=None):
     return _BlasOneThread()
 
 
-def run_chunks(task, chunks):
+def run_chunks(task, chunks, work=None):
     """``[task(start, stop) for (start, stop) in chunks]``, spread over the Numba thread count.
 
     The results come back in chunk order whatever thread ran which chunk, so
     a caller that adds per-chunk partial sums in list order gets the same
     bits for any thread count. The pool is per process: a forked child never
-    waits on its parent's threads.
+    waits on its parent's threads. ``work``, in the edge kernels' units
+    (about a nanosecond each; see :data:`THREAD_WORK`), caps the threads
+    woken; None uses them all.
     """
-    workers = min(numba.get_num_threads(), len(chunks))
+    workers = min(_workers_for(work), len(chunks))
     if workers <= 1:
         return [task(*c) for c in chunks]
     results = [None] * len(chunks)

@@ -47,7 +47,8 @@ def all_finite(arr):
         # a 16-thread step of a 200,000-node layer (Amdahl), so they run in chunks on the pool too
         step = FINITE_CHUNK
         tops = _runtime.run_chunks(lambda start, stop: max_exponent_bits(bits[start:stop], mask),
-                                   [(start, min(bits.size, start + step)) for start in range(0, bits.size, step)])
+                                   [(start, min(bits.size, start + step)) for start in range(0, bits.size, step)],
+                                   bits.size // STREAM_ELEMENTS_PER_UNIT)
         return all(top != mask for top in tops)
     if arr.size < _SMALL:
         return bool(np.isfinite(arr).all())
@@ -62,6 +63,9 @@ _SMALL = 4096
 #: (a pass over 4 MiB of float32 takes 0.3-0.5 ms on one thread, far above a pool thread's wake-up).
 PARALLEL_ELEMENTS = 1 << 20
 FINITE_CHUNK = 1 << 18
+#: A streaming pass reads about this many elements in the time of one unit of the kernels' work
+#: (``gatfast._runtime.THREAD_WORK``): 4 float32 per nanosecond is 16 GB/s, one core's streaming rate.
+STREAM_ELEMENTS_PER_UNIT = 4
 _EXP32 = np.uint32(0x7F800000)  # the exponent bits of float32 and float64
 _EXP64 = np.uint64(0x7FF0000000000000)
 

@@ -112,6 +112,35 @@ def test_a_helper_that_fails_is_reported_after_every_other_chunk_ran():
     pytest.skip("the pool's thread never woke while the caller worked")
 
 
+@pytest.mark.parametrize("threads", [3, 4, 16])
+def test_small_work_wakes_one_thread_per_thread_work_and_never_fewer_than_two(monkeypatch, threads):
+    # a machine with more cores than this one: Numba's count is faked, the pool is real
+    monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
+    names = set()
+    lock = threading.Lock()
+
+    def kernel(start, stop):
+        time.sleep(0.002)  # long enough that every woken helper takes a chunk
+        with lock:
+            names.add(threading.current_thread().name)
+
+    for work, want in [
+        (_runtime.PARALLEL_WORK, 2),
+        (3 * _runtime.THREAD_WORK, min(threads, 3)),
+        (100 * _runtime.THREAD_WORK, threads),
+    ]:
+        names.clear()
+        _runtime.run_rows(kernel, 10_000, (), work=work)
+        assert len(names) <= want
+        chunks = [(k, k + 1) for k in range(64)]
+        names.clear()
+        assert _runtime.run_chunks(lambda a, b: kernel(a, b) or a, chunks, work) == list(range(64))
+        assert len(names) <= want
+    names.clear()
+    _runtime.run_chunks(lambda a, b: kernel(a, b), [(k, k + 1) for k in range(64)])  # no work given: every thread
+    assert len(names) >= 2
+
+
 @needs_two_threads
 def test_run_chunks_returns_results_in_chunk_order():
     chunks = [(k, k + 1) for k in range(37)]

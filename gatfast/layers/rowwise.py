@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _runtime
-from .._validate import PARALLEL_ELEMENTS, all_finite
+from .._validate import PARALLEL_ELEMENTS, STREAM_ELEMENTS_PER_UNIT, all_finite
 from ..kernels import column_sum, readonly
 from ..kernels.reduce import add_bias_rows
 
@@ -32,7 +32,7 @@ COLUMN_BLOCK_ROWS = 8192
 def _run(task, chunks, size):
     if size < PARALLEL_ELEMENTS:
         return [task(*c) for c in chunks]
-    return _runtime.run_chunks(task, chunks)
+    return _runtime.run_chunks(task, chunks, size // STREAM_ELEMENTS_PER_UNIT)
 
 
 def add_bias_finite(out, bias):
