@@ -224,10 +224,10 @@ def markdown(rows, meta):
 
 def make_meta(args, argv, runs):
     import numba
-    from comparelib.runs import rates_summary
+    from comparelib.runs import pyg_versions, rates_summary
     from rooflib.cpu import CPU
 
-    meta = {
+    return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpu": f"{CPU['model']} ({os.cpu_count()} CPUs, {usable_cpus()} usable)",
         "simd": f"{CPU['simd']} ({CPU['simd_bits']}-bit)",
@@ -238,16 +238,8 @@ def make_meta(args, argv, runs):
         "numba": numba.__version__,
         "command": " ".join(["python", "bench/threads.py", *(sys.argv[1:] if argv is None else argv)]),
         "rates": {n: rates_summary(rates) for n, (_, rates) in runs.items() if rates is not None},
+        **pyg_versions(),
     }
-    try:
-        import torch
-        import torch_geometric
-
-        meta["torch"] = torch.__version__
-        meta["torch_geometric"] = torch_geometric.__version__
-    except ImportError:
-        pass
-    return meta
 
 
 def main(argv=None):

@@ -177,6 +177,16 @@ def rates_summary(rates):
             f"{rates.threads} threads, cache {rates.cache_bytes / 2**20:.0f} MiB")
 
 
+def pyg_versions():
+    """``{"torch": ..., "torch_geometric": ...}`` of this environment, or ``{}`` without PyG."""
+    try:
+        import torch
+        import torch_geometric
+    except ImportError:
+        return {}
+    return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
+
+
 def make_meta(args, argv, jemalloc, results, rates):
     import numba
     import numpy as np
@@ -197,14 +207,7 @@ def make_meta(args, argv, jemalloc, results, rates):
         "numba": numba.__version__,
         "command": " ".join(["python", "bench/compare.py", *(sys.argv[1:] if argv is None else argv)]),
     }
-    try:
-        import torch
-        import torch_geometric
-
-        meta["torch"] = torch.__version__
-        meta["torch_geometric"] = torch_geometric.__version__
-    except ImportError:
-        pass
+    meta.update(pyg_versions())
     dgl_runs = [r for r in results if r["lib"] == "dgl"]
     if dgl_runs:
         v = dgl_runs[0]["versions"]
