@@ -38,18 +38,13 @@ sys.path.insert(0, str(HERE))
 import outdirs  # noqa: E402
 from comparelib.runs import JEMALLOC_PATHS, add_roofline, roofline_probe, run_all  # noqa: E402
 
+from gatfast._runtime import usable_cpus  # noqa: E402
+
 COMPARE = HERE / "compare.py"
 LIBS = ("gatfast", "pyg")
 DEFAULT_WORKLOADS = "large,small-batch"
 #: issue 14: ``large`` forward + backward on 16 threads against 1 thread
 GOAL_WORKLOAD, GOAL_THREADS, GOAL_SPEEDUP = "large", 16, 12.0
-
-
-def usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def default_counts(cpus):
@@ -145,8 +140,8 @@ def measure(args, log):
 def table_rows(runs, names):
     """One row per (workload, thread count): each library's time, speed-up over 1 thread, and gatfast's lead."""
 
-    def find(results, name, lib):
-        return next((r for r in results if r["workload"] == name and r["lib"] == lib), None)
+    def find(results, name, lib):  # None where a worker gave no result
+        return next((r for r in results if r and r["workload"] == name and r["lib"] == lib), None)
 
     rows = []
     first = min(runs)
@@ -160,7 +155,7 @@ def table_rows(runs, names):
                 ms = r["forward_backward_median_ms"]
                 row[lib] = {
                     "ms": ms,
-                    "speedup": r1["forward_backward_median_ms"] / ms if first == 1 else None,
+                    "speedup": r1["forward_backward_median_ms"] / ms if first == 1 and r1 else None,
                 }
                 if lib == "gatfast" and r.get("roofline"):
                     row[lib]["over_bound"] = ms / r["roofline"]["bound_ms"]
@@ -253,12 +248,13 @@ def main(argv=None):
         runs[n] = (results, rates)
         # the report so far, rewritten after each thread count: a run cut short keeps what it measured
         meta = make_meta(args, argv, runs)
-        text = markdown(table_rows(runs, args.names), meta)
+        rows = table_rows(runs, args.names)
+        text = markdown(rows, meta)
         if args.size == "tiny":
             text = f"**{outdirs.SMOKE_TITLE}**\n\n" + text
         raw = {
             "meta": meta,
-            "rows": table_rows(runs, args.names),
+            "rows": rows,
             "results": {str(k): res for k, (res, _) in runs.items()},
         }
         outdirs.write_report(args.out, "threads", raw, text)

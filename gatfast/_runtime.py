@@ -30,8 +30,12 @@ import numba
 
 __all__ = [
     "CHUNKS_PER_THREAD",
+    "MACS_PER_UNIT",
+    "PARALLEL_ELEMENTS",
     "PARALLEL_WORK",
     "SERIAL_WORK",
+    "STREAM_BYTES_PER_UNIT",
+    "THREAD_WORK",
     "blas_single_thread",
     "compile_notice",
     "run_chunks",
@@ -57,6 +61,19 @@ PARALLEL_WORK = 1 << 17
 #: layer (3.3 million units per edge pass) took 5.3 ms a step on 4 threads
 #: and 8.2 ms on 16 with every thread woken.
 THREAD_WORK = 1 << 19
+
+#: How other passes count their work in those units, for the same cap (one
+#: thread of that Xeon): ``small-batch``'s dense products took 0.036-0.044 ns
+#: per multiply-add where its forward kernel took 1.1 ns per unit, and a
+#: streaming pass moves about 16 bytes per nanosecond.
+MACS_PER_UNIT = 32
+STREAM_BYTES_PER_UNIT = 16
+
+#: Streaming passes over arrays of at least this many elements (the
+#: finiteness checks, the output bias, the bias gradients) run in blocks on
+#: the pool: one pass over 4 MiB of float32 takes 0.3-0.5 ms on one thread,
+#: far above a pool thread's wake-up.
+PARALLEL_ELEMENTS = 1 << 20
 
 #: Chunks of rows per thread: enough for threads that finish early to take
 #: another (graphs with hubs have very uneven rows), few enough that the
@@ -109,40 +126,49 @@ def _share(task, chunks, workers):
 
     Each thread takes the next chunk until none is left (hubs make chunks
     uneven); the calling thread works too instead of waiting idle, and
-    returns only when every chunk is done, even if one raised.
+    returns only when every chunk is done, even if one raised: a failed
+    chunk's exception (the first chunk's, if several failed) is raised
+    after all the others ran.
     """
     ticket = itertools.count()  # next() is atomic under the GIL
+    errors = []  # (chunk, exception); list.append is atomic under the GIL
 
     def drain():
         for k in iter(ticket.__next__, None):
             if k >= len(chunks):
                 return
-            task(*chunks[k])
+            try:
+                task(*chunks[k])
+            except Exception as exc:  # noqa: BLE001 - the other chunks still run; raised once all are done
+                errors.append((k, exc))
 
     helpers = min(workers, len(chunks)) - 1
-    futures = [_pool(workers - 1).submit(drain) for _ in range(helpers)]
-    finished = False
+    pool = _pool(numba.get_num_threads() - 1)  # one pool per thread count, whatever the work's cap
+    futures = [pool.submit(drain) for _ in range(helpers)]
     try:
         drain()
-        finished = True
     finally:
-        failure = _wait_for(futures, cancel_idle=finished)
+        failure = _wait_for(futures)
+    if errors:
+        raise min(errors, key=lambda item: item[0])[1]
     if failure is not None:
         raise failure
 
 
-def _wait_for(futures, cancel_idle):
-    """Wait for every future (cancelling those not started if ``cancel_idle``); return the first exception.
+def _wait_for(futures):
+    """Wait for every helper that started, cancelling those still queued; return the first exception.
 
-    Once the caller has taken the last chunk, a helper still asleep has
-    nothing left to do: cancelling it saves waiting for it to wake (25 to 170
-    us on a 2-vCPU virtual machine, more than a small kernel's work). One that
-    is running may hold a chunk, so it is waited for, even after another one
-    failed; after an error of the caller's the helpers run the remaining chunks.
+    When the caller returns from its own ``drain``, every chunk has been
+    taken (or the caller was interrupted), so a helper still queued has
+    nothing left to do: cancelling it saves waiting for it to wake (25 to
+    170 us on a 2-vCPU virtual machine, more than a small kernel's work),
+    and on a pool thread, where a nested call's helpers may wait behind the
+    very threads that wait for them, it is what keeps the call from hanging.
+    A helper that is running may hold a chunk, so it is waited for.
     """
     failure = None
     for future in futures:
-        if cancel_idle and future.cancel():
+        if future.cancel():
             continue
         try:
             future.result()

@@ -30,7 +30,8 @@ def all_finite(arr):
     Contiguous float32/float64 arrays: small ones through one Numba loop
     (under a microsecond, where ``isfinite(...).all()`` took 1.9 us), large
     ones through a vectorised pass over their bits (the largest exponent),
-    from :data:`PARALLEL_ELEMENTS` on in chunks on the thread pool. Other large arrays in one pass: the plain sum is finite exactly when
+    from ``_runtime.PARALLEL_ELEMENTS`` on in chunks on the thread pool.
+    Other large arrays in one pass: the plain sum is finite exactly when
     every element is, except when finite values overflow the sum, and only
     then is the array checked element by element (NaN and inf never leave a
     sum: inf + -inf is NaN). Neither makes a boolean array the size of the input.
@@ -41,14 +42,14 @@ def all_finite(arr):
         if arr.size < _SMALL:
             return all_finite_flat(flat)
         bits, mask = (flat.view(np.uint32), _EXP32) if arr.dtype.itemsize == 4 else (flat.view(np.uint64), _EXP64)
-        if arr.size < PARALLEL_ELEMENTS:
+        if arr.size < _runtime.PARALLEL_ELEMENTS:
             return max_exponent_bits(bits, mask) != mask
         # a layer's input, output and upstream gradient: on one thread these passes were a quarter of
         # a 16-thread step of a 200,000-node layer (Amdahl), so they run in chunks on the pool too
         step = FINITE_CHUNK
         tops = _runtime.run_chunks(lambda start, stop: max_exponent_bits(bits[start:stop], mask),
                                    [(start, min(bits.size, start + step)) for start in range(0, bits.size, step)],
-                                   bits.size // STREAM_ELEMENTS_PER_UNIT)
+                                   arr.nbytes // _runtime.STREAM_BYTES_PER_UNIT)
         return all(top != mask for top in tops)
     if arr.size < _SMALL:
         return bool(np.isfinite(arr).all())
@@ -59,13 +60,8 @@ def all_finite(arr):
 
 
 _SMALL = 4096
-#: Arrays of at least this many elements are checked in chunks of FINITE_CHUNK on the thread pool
-#: (a pass over 4 MiB of float32 takes 0.3-0.5 ms on one thread, far above a pool thread's wake-up).
-PARALLEL_ELEMENTS = 1 << 20
+#: Elements per chunk of the check of an array of ``_runtime.PARALLEL_ELEMENTS`` or more (1 MiB of float32).
 FINITE_CHUNK = 1 << 18
-#: A streaming pass reads about this many elements in the time of one unit of the kernels' work
-#: (``gatfast._runtime.THREAD_WORK``): 4 float32 per nanosecond is 16 GB/s, one core's streaming rate.
-STREAM_ELEMENTS_PER_UNIT = 4
 _EXP32 = np.uint32(0x7F800000)  # the exponent bits of float32 and float64
 _EXP64 = np.uint64(0x7FF0000000000000)
 

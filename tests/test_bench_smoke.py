@@ -220,7 +220,7 @@ def test_progress_bar_on_a_terminal_plain_lines_otherwise(capsys):
 
 
 def test_default_outputs_are_untracked_and_results_need_the_flag(tmp_path):
-    for tool in ("compare", "roofline", "compile_time"):
+    for tool in ("compare", "roofline", "compile_time", "threads"):
         path = outdirs.default_out(tool)
         assert not outdirs.is_tracked_results(path)
         ignored = subprocess.run(["git", "check-ignore", "-q", str(path / "compare.md")], cwd=REPO)
@@ -554,3 +554,42 @@ def test_sampling_bench_tiny(tmp_path, capsys):
     assert "NeighborSampler.batch" in report and "NeighborSampler.epoch" in report
     with pytest.raises(SystemExit):
         sampling.main(["--nodes", "3000", "--out", str(outdirs.RESULTS / "x")])
+
+
+def test_threads_end_to_end(tmp_path):
+    import threads
+
+    argv = ["--size", "tiny", "--reps", "1", "--threads", "1,2", "--workloads", "degree-4-linear", "--libs", "gatfast",
+            "--out", str(tmp_path)]
+    if os.cpu_count() < 2 or threads.usable_cpus() < 2:
+        argv[argv.index("1,2")] = "1"
+    assert threads.main(argv) == 0
+    raw = json.loads((tmp_path / "threads.json").read_text())
+    counts = [int(n) for n in raw["results"]]
+    assert [row["threads"] for row in raw["rows"]] == counts and counts[0] == 1
+    assert raw["rows"][0]["gatfast"]["speedup"] == 1.0
+    assert all(row["gatfast"]["over_bound"] > 0 and "pyg" not in row for row in raw["rows"])
+    text = (tmp_path / "threads.md").read_text()
+    assert text.startswith(f"**{SMOKE}**") and "| degree-4-linear | 1 |" in text
+    assert "Goal (large, 16 threads" in text and "not measured in this run" in text
+    for word in (raw["meta"]["simd"], "system malloc", "bench/threads.py"):
+        assert word in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--threads", "0"], "each >= 1"),
+    (["--threads", "a,b"], "expected thread counts"),
+    (["--threads", "100000"], "at most"),
+    (["--workloads", "scene"], "unknown or per-call workloads"),
+    (["--workloads", "nope"], "unknown or per-call workloads"),
+    (["--libs", "gatfast,dgl"], "--libs"),
+    (["--reps", "0"], "--reps must be >= 1"),
+    (["--update-results", "--size", "tiny"], "smoke run"),
+    (["--out", str(outdirs.RESULTS)], "tracked results"),
+])
+def test_threads_rejects_bad_options(argv, message, capsys):
+    import threads
+
+    with pytest.raises(SystemExit):
+        threads.main(["--size", "tiny", *argv])
+    assert message in capsys.readouterr().err

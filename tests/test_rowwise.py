@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from gatfast import GATv2Layer, _runtime
-from gatfast._validate import FINITE_CHUNK, PARALLEL_ELEMENTS, all_finite
+from gatfast._runtime import PARALLEL_ELEMENTS
+from gatfast._validate import FINITE_CHUNK, all_finite
 from gatfast.graph import CSRGraph
 from gatfast.layers.rowwise import BIAS_CHUNK, COLUMN_BLOCK_ROWS, add_bias_finite, bias_gradient
 
@@ -107,6 +108,61 @@ def test_all_finite_on_the_pool_finds_nan_and_inf_in_any_chunk(threads, dtype):
                 b = a.copy()
                 b[where] = bad
                 assert not all_finite(b)
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_big_arrays_of_other_layouts_and_shapes_take_the_plain_path_with_the_same_results(threads):
+    rows = PARALLEL_ELEMENTS // 16 + 3
+    wide = spread((rows, 32), np.float32, 11)
+    strided = wide[:, ::2]  # 16 columns, not contiguous
+    fortran = np.asfortranarray(wide[:, :16])
+    bias = spread(16, np.float32, 12)
+    with _runtime.threads(threads):
+        for out in (strided.copy(), fortran.copy()):
+            want = out + bias
+            assert add_bias_finite(out, bias)
+            np.testing.assert_array_equal(out, want)
+            np.testing.assert_array_equal(
+                bias_gradient(out), blocked_sum(np.ascontiguousarray(out), COLUMN_BLOCK_ROWS)
+            )
+        out = strided.copy()
+        out[-1, -1] = np.nan
+        assert not add_bias_finite(out, bias)
+        # a bias of another dtype: numpy's broadcast add, the same values
+        out, bias64 = wide[:, :16].copy(), bias.astype(np.float64)
+        want = out + bias64.astype(np.float32)
+        assert add_bias_finite(out, bias64)
+        np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_rows_wider_than_a_chunk_and_empty_arrays(threads):
+    width = 2 * BIAS_CHUNK + 1  # one row per block, each wider than the bias pass's chunk
+    out = spread((PARALLEL_ELEMENTS // width + 2, width), np.float32, 13)
+    bias = spread(width, np.float32, 14)
+    want = out + bias
+    with _runtime.threads(threads):
+        assert add_bias_finite(out, bias)
+        np.testing.assert_array_equal(out, want)
+        out[-1, width // 2] = np.inf
+        assert not add_bias_finite(out, None)
+        for shape in [(0, 5), (5, 0), (0, 0), (COLUMN_BLOCK_ROWS + 1, 0)]:
+            empty = np.zeros(shape, np.float32)
+            assert add_bias_finite(empty, np.zeros(shape[1], np.float32))
+            got = bias_gradient(empty)
+            assert got.shape == (shape[1],) and not got.any()
+
+
+def test_wrong_bias_shapes_and_one_dimensional_gradients_are_refused():
+    out = np.zeros((PARALLEL_ELEMENTS // 64 + 1, 64), np.float32)
+    for bad in (np.zeros(32, np.float32), np.zeros((1, 64), np.float32), np.zeros(65, np.float32)):
+        with pytest.raises(ValueError, match="bias must have shape"):
+            add_bias_finite(out, bad)
+        with pytest.raises(ValueError, match="bias must have shape"):
+            add_bias_finite(out[:10], bad)
+    for grad in (np.zeros(10, np.float32), np.zeros(COLUMN_BLOCK_ROWS + 1, np.float32), np.zeros((2, 2, 2))):
+        with pytest.raises(ValueError, match="grad must be 2-D"):
+            bias_gradient(grad)
 
 
 @needs_two_threads

@@ -1,5 +1,6 @@
 """gatfast._runtime: chunked runs on threads, the BLAS thread limit, the thread-count setting."""
 
+import os
 import threading
 import time
 
@@ -90,24 +91,27 @@ def test_the_caller_does_not_wait_for_a_helper_that_never_started():
 
 
 @needs_two_threads
-def test_a_helper_that_fails_is_reported_after_every_other_chunk_ran():
-    done = []
+def test_a_helper_that_fails_is_reported_after_every_chunk_was_tried_once():
+    tried, failed = [], []
     caller = threading.current_thread()
 
     def kernel(start, stop):
+        tried.append(start)
         if threading.current_thread() is not caller:
-            raise RuntimeError("a helper's chunk failed")
+            failed.append(start)
+            raise RuntimeError(f"a helper's chunk at {start} failed")
         time.sleep(0.002)  # time for the helper to wake and take a chunk
-        done.append(start)
 
     with _runtime.threads(2):
         for _ in range(20):  # a helper that wakes after the caller took every chunk never runs one
-            done.clear()
+            tried.clear()
             try:
                 _runtime.run_rows(kernel, 800, (), work=100 * _runtime.SERIAL_WORK)
             except RuntimeError as exc:
-                assert "helper's chunk" in str(exc)
-                assert len(done) == 2 * _runtime.CHUNKS_PER_THREAD - 1  # the caller ran all the others
+                starts = [k * 100 for k in range(2 * _runtime.CHUNKS_PER_THREAD)]
+                assert sorted(tried) == starts  # every chunk tried once, the failed ones too
+                # the first failed chunk's error is the one raised, whichever failed first in time
+                assert str(exc) == f"a helper's chunk at {min(failed)} failed"
                 return
     pytest.skip("the pool's thread never woke while the caller worked")
 
@@ -116,29 +120,62 @@ def test_a_helper_that_fails_is_reported_after_every_other_chunk_ran():
 def test_small_work_wakes_one_thread_per_thread_work_and_never_fewer_than_two(monkeypatch, threads):
     # a machine with more cores than this one: Numba's count is faked, the pool is real
     monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
+    unit = _runtime.THREAD_WORK
+    cases = [
+        (None, threads),
+        (0, 2),
+        (_runtime.PARALLEL_WORK, 2),
+        (unit, 2),
+        (3 * unit, 3),
+        (100 * unit, threads),
+    ]
+    for work, want in cases:
+        assert _runtime._workers_for(work) == min(threads, want)
     names = set()
     lock = threading.Lock()
+    pools_before = set(_runtime._pools)
 
     def kernel(start, stop):
         time.sleep(0.002)  # long enough that every woken helper takes a chunk
         with lock:
             names.add(threading.current_thread().name)
 
-    for work, want in [
-        (_runtime.PARALLEL_WORK, 2),
-        (3 * _runtime.THREAD_WORK, min(threads, 3)),
-        (100 * _runtime.THREAD_WORK, threads),
-    ]:
+    for work in (3 * unit, 100 * unit):
         names.clear()
         _runtime.run_rows(kernel, 10_000, (), work=work)
-        assert len(names) <= want
-        chunks = [(k, k + 1) for k in range(64)]
+        assert len(names) <= _runtime._workers_for(work)
         names.clear()
+        chunks = [(k, k + 1) for k in range(64)]
         assert _runtime.run_chunks(lambda a, b: kernel(a, b) or a, chunks, work) == list(range(64))
-        assert len(names) <= want
-    names.clear()
-    _runtime.run_chunks(lambda a, b: kernel(a, b), [(k, k + 1) for k in range(64)])  # no work given: every thread
-    assert len(names) >= 2
+        assert len(names) <= _runtime._workers_for(work)
+    # every work size shares the one pool of this thread count
+    assert set(_runtime._pools) - pools_before <= {(os.getpid(), threads - 1)}
+
+
+@needs_two_threads
+def test_a_failing_chunk_of_a_call_nested_on_the_pool_does_not_hang():
+    # both threads run an outer chunk whose nested call fails: neither may wait for the other's queued helper
+    def inner(start, stop):
+        if start == 1:
+            raise ValueError("inner chunk failed")
+
+    def outer(start, stop):
+        _runtime.run_chunks(inner, [(k, k + 1) for k in range(4)])
+
+    result = []
+
+    def call():
+        with _runtime.threads(2):
+            try:
+                _runtime.run_chunks(outer, [(k, k + 1) for k in range(8)])
+            except ValueError as exc:
+                result.append(str(exc))
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(30)
+    assert not caller.is_alive(), "a nested call on the pool hung after a chunk failed"
+    assert result == ["inner chunk failed"]
 
 
 @needs_two_threads

@@ -22,6 +22,7 @@ from ..kernels.reduce import add_bias_rows
 __all__ = [
     "SMALL_PRODUCT",
     "add_bias",
+    "bias_rows_fit",
     "bias_or_empty",
     "dense_backward",
     "dense_projections",
@@ -42,9 +43,22 @@ __all__ = [
 ]
 
 
+def bias_rows_fit(out, bias):
+    """Whether ``out += bias`` can take the Numba row loop (C-contiguous float32/float64 rows of ``bias``'s dtype).
+
+    Raises ValueError if ``bias`` is not one value per column of ``out``:
+    the loop reads ``bias`` by ``out``'s column index.
+    """
+    if out.ndim != 2 or bias.shape != (out.shape[1],):
+        raise ValueError(
+            f"bias must have shape ({out.shape[-1]},) for an output of shape {out.shape}, got {bias.shape}"
+        )
+    return out.flags.c_contiguous and out.dtype == bias.dtype and out.dtype in (np.float32, np.float64)
+
+
 def add_bias(out, bias):
     """``out += bias`` in place: one Numba loop for C-contiguous rows (numpy's broadcast add is slow on short rows)."""
-    if out.ndim == 2 and out.flags.c_contiguous and out.dtype == bias.dtype:
+    if bias_rows_fit(out, bias):
         add_bias_rows(out, readonly(bias))
     else:
         out += bias
@@ -60,11 +74,6 @@ def linear(x, W, b):
     linear_into(x, W, b, out)
     return out
 
-
-#: Multiply-adds of a dense product per unit of the edge kernels' work (``gatfast._runtime.THREAD_WORK``):
-#: on one thread of a 16-core Intel Xeon, ``small-batch``'s products took 0.036-0.044 ns per multiply-add
-#: and its forward kernel 1.1 ns per unit.
-MACS_PER_UNIT = 32
 
 MIN_ROW_CHUNK = 2048  # rows; at most 32 chunks above 65,536 rows
 
@@ -145,7 +154,7 @@ def dense_projections(x, pairs):
         return
 
     macs = x.shape[0] * x.shape[1] * sum(out.shape[1] for _, _, out in pairs)
-    _runtime.run_chunks(task, row_chunks(x.shape[0]), macs // MACS_PER_UNIT)
+    _runtime.run_chunks(task, row_chunks(x.shape[0]), macs // _runtime.MACS_PER_UNIT)
 
 
 def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
@@ -186,7 +195,7 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
     else:
         outputs = sum(g.shape[1] for g in (grad_l, grad_r) if g is not None)
         macs = x.shape[0] * x.shape[1] * outputs * (2 if grad_x is not None else 1)
-        results = _runtime.run_chunks(task, chunks, macs // MACS_PER_UNIT)
+        results = _runtime.run_chunks(task, chunks, macs // _runtime.MACS_PER_UNIT)
     out = []
     for side in range(2):
         for item in range(2):

@@ -6,7 +6,7 @@ they do not shrink with more threads: on a 16-core Intel Xeon they were 27
 of the 95 ms of a 16-thread forward + backward of the 200,000-node ``large``
 workload (``bench/threads.py``). The blocks are fixed by the array's shape
 alone, so the results are the same bits for any thread count; arrays below
-:data:`PARALLEL_ELEMENTS` run as one call on the calling thread.
+``_runtime.PARALLEL_ELEMENTS`` run as one call on the calling thread.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _runtime
-from .._validate import PARALLEL_ELEMENTS, STREAM_ELEMENTS_PER_UNIT, all_finite
+from .._validate import all_finite
 from ..kernels import column_sum, readonly
 from ..kernels.reduce import add_bias_rows
+from .dense import add_bias, bias_rows_fit
 
 __all__ = ["BIAS_CHUNK", "COLUMN_BLOCK_ROWS", "add_bias_finite", "bias_gradient"]
 
@@ -29,21 +30,21 @@ BIAS_CHUNK = 1 << 17
 COLUMN_BLOCK_ROWS = 8192
 
 
-def _run(task, chunks, size):
-    if size < PARALLEL_ELEMENTS:
+def _run(task, chunks, arr):
+    if arr.size < _runtime.PARALLEL_ELEMENTS:
         return [task(*c) for c in chunks]
-    return _runtime.run_chunks(task, chunks, size // STREAM_ELEMENTS_PER_UNIT)
+    return _runtime.run_chunks(task, chunks, arr.nbytes // _runtime.STREAM_BYTES_PER_UNIT)
 
 
 def add_bias_finite(out, bias):
-    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf."""
-    fast = out.ndim == 2 and out.flags.c_contiguous and (bias is None or out.dtype == bias.dtype)
-    if not fast or out.size < PARALLEL_ELEMENTS:
+    """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf.
+
+    ``out`` is 2-D and ``bias`` (if given) one value per column (ValueError otherwise).
+    """
+    fast = bias is None or bias_rows_fit(out, bias)
+    if not fast or out.ndim != 2 or out.size < _runtime.PARALLEL_ELEMENTS or not out.flags.c_contiguous:
         if bias is not None:
-            if fast:
-                add_bias_rows(out, readonly(bias))
-            else:
-                out += bias
+            add_bias(out, bias)
         return all_finite(out)
     b = None if bias is None else readonly(bias)
 
@@ -51,23 +52,26 @@ def add_bias_finite(out, bias):
         block = out[start:stop]
         if b is not None:
             add_bias_rows(block, b)
-        return all_finite(block)  # below PARALLEL_ELEMENTS: one call on this thread
+        # one call on this thread, unless a single row holds PARALLEL_ELEMENTS or more: then it is split too
+        return all_finite(block)
 
     rows = max(1, BIAS_CHUNK // max(out.shape[1], 1))
     n = out.shape[0]
-    return all(_run(task, [(start, min(n, start + rows)) for start in range(0, n, rows)], out.size))
+    return all(_run(task, [(start, min(n, start + rows)) for start in range(0, n, rows)], out))
 
 
 def bias_gradient(grad):
     """``grad.sum(axis=0)`` for a 2-D ``grad``: rows summed in order within blocks of :data:`COLUMN_BLOCK_ROWS`,
     the block sums added in block order (a new 1-D array)."""
+    if grad.ndim != 2:
+        raise ValueError(f"grad must be 2-D (rows x columns), got shape {grad.shape}")
     n = grad.shape[0]
     if n <= COLUMN_BLOCK_ROWS:
         return column_sum(grad)
     parts = _run(
         lambda start, stop: column_sum(grad[start:stop]),
         [(start, min(n, start + COLUMN_BLOCK_ROWS)) for start in range(0, n, COLUMN_BLOCK_ROWS)],
-        grad.size,
+        grad,
     )
     total = parts[0]
     for part in parts[1:]:
