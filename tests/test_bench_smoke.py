@@ -593,3 +593,15 @@ def test_threads_rejects_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit):
         threads.main(["--size", "tiny", *argv])
     assert message in capsys.readouterr().err
+
+
+def test_source_order_prototypes_give_todays_bits(capsys):
+    import source_order
+
+    assert source_order.main(["--size", "tiny", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(SMOKE)
+    for row in ("| large | `gatv2_backward_source_rows` | both |", "| large-edge | `gatv2_backward_source_edge_rows` | signs |"):
+        assert row in out
+    with pytest.raises(SystemExit):
+        source_order.main(["--workloads", "scene-batch-train"])

@@ -1,0 +1,214 @@
+"""What the backward source pass would gain from other data layouts: prototypes timed against today's kernel.
+
+The source pass (``gatfast/kernels/backward.py``) walks each source's edges
+in source-major order. For every edge it gathers ``xr[i]`` (and, with edge
+features, ``u[e]``) to form ``z_ij`` again, only for its sign, and it reads
+``alpha[e]`` and ``delta[e]`` at the edge's CSR position, which is random in
+that order. This script captures the arguments of the source pass of one
+workload, then times three prototypes on the same data, one thread each,
+alternating with today's kernel, and checks that each gives the same bits:
+
+* ``order``: ``alpha`` and ``delta`` copied into source-major order (read in
+  sequence), ``z`` formed as today (no edge features only: it has no edge term);
+* ``signs``: one byte per edge and channel, ``z > 0``, in source-major order,
+  instead of forming ``z``; ``alpha`` and ``delta`` gathered as today;
+* ``both``: the two together.
+
+The prototypes leave out what producing their inputs would cost (the target
+pass would write the signs and the permuted ``delta``; the forward pass the
+permuted ``alpha``): they bound the gain, they do not measure a finished
+change. The sign bytes are ``edges x channels`` bytes (134 MiB on ``large``);
+a bit per channel would be 8x smaller but needs vector code for the bit
+expansion (a plain loop over the bits ran 1.4-1.6x slower than today's pass).
+
+Usage::
+
+    python bench/source_order.py                        # large and large-edge, 7 rounds
+    python bench/source_order.py --workloads large --rounds 3
+    python bench/source_order.py --size tiny --rounds 1  # a smoke run
+
+It prints a markdown table and writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numba  # noqa: E402
+import workloads  # noqa: E402
+from numba import njit  # noqa: E402
+
+from gatfast import _runtime  # noqa: E402
+from gatfast.kernels.prefetch import prefetch_row  # noqa: E402
+
+SOURCE_KERNELS = ("gatv2_backward_source_rows", "gatv2_backward_source_edge_rows")
+
+
+@njit(nogil=True)
+def _prototype(
+    j0, j1, src_indptr, edge_ids, src_targets, att, slope, ahead, xl, xr, signs, alpha, delta, grad, q_out
+):
+    """The LeakyReLU source pass reading ``signs`` (source order, one byte per channel), or forming
+    ``z = xr + xl`` where ``signs`` is None; ``alpha``/``delta`` at the CSR positions ``edge_ids[p]``, or in
+    source order where ``edge_ids`` is None. None is a type of its own: each case compiles on its own,
+    without the other's branches."""
+    heads = att.shape[0]
+    channels = att.shape[1]
+    row_bytes = heads * channels * grad.itemsize
+    zero = grad.dtype.type(0.0)
+    one = grad.dtype.type(1.0)
+    for j in range(j0, j1):
+        for h in range(heads):
+            for c in range(channels):
+                q_out[j, h, c] = zero
+        for p in range(src_indptr[j], src_indptr[j + 1]):
+            if p + ahead < src_targets.size:
+                prefetch_row(grad, src_targets[p + ahead], row_bytes)
+                if signs is None:
+                    prefetch_row(xr, src_targets[p + ahead], row_bytes)
+                if edge_ids is not None:
+                    prefetch_row(alpha, edge_ids[p + ahead], heads * alpha.itemsize)
+                    prefetch_row(delta, edge_ids[p + ahead], heads * delta.itemsize)
+            i = src_targets[p]
+            e = p if edge_ids is None else edge_ids[p]
+            for h in range(heads):
+                dl = delta[e, h]
+                w = alpha[e, h]
+                if signs is None:
+                    for c in range(channels):
+                        s = one if xr[i, h, c] + xl[j, h, c] > zero else slope
+                        q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
+                else:
+                    for c in range(channels):
+                        s = one if signs[p, h * channels + c] != 0 else slope
+                        q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
+
+
+def capture(name, size):
+    """The workload's source-pass kernel and its arguments, from one forward + backward on one thread."""
+    seen = {}
+    run_rows = _runtime.run_rows
+
+    def recording(kernel, count, args, work):
+        seen[kernel.__name__] = (kernel, count, args)
+        run_rows(kernel, count, args, work)
+
+    _runtime.run_rows = recording
+    try:
+        workloads.GatfastRunner(workloads.make_workload(name, size)).forward_backward()
+    finally:
+        _runtime.run_rows = run_rows
+    found = [k for k in SOURCE_KERNELS if k in seen]
+    if not found:
+        raise SystemExit(f"{name}: no source pass ran")
+    return found[0], seen[found[0]]
+
+
+def signs_in_source_order(args, edge):
+    """``z > 0`` per edge and channel (one byte each), rows in source-major order: z formed as the kernels do."""
+    if edge:
+        src_indptr, src_edges, src_targets, xl, xr, att, *_rest = args
+        u, weT = args[9], args[10]
+    else:
+        src_indptr, src_edges, src_targets, xl, xr, att, *_rest = args
+        u = weT = None
+    sources = np.repeat(np.arange(src_indptr.size - 1), np.diff(src_indptr))
+    heads, channels = att.shape
+    signs = np.empty((src_edges.size, heads * channels), np.uint8)
+    for lo in range(0, src_edges.size, 1 << 18):
+        hi = min(src_edges.size, lo + (1 << 18))
+        z = xr[src_targets[lo:hi]] + xl[sources[lo:hi]]
+        if u is not None:
+            for d in range(u.shape[1]):
+                z = z + weT[None, :, d, :] * u[src_edges[lo:hi], d][:, None, None]
+        signs[lo:hi] = (z > 0).reshape(hi - lo, -1)
+    return signs
+
+
+def measure(name, rounds, size="full"):
+    kname, (kernel, count, args) = capture(name, size)
+    edge = kname.endswith("edge_rows")
+    src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, ahead = args[:9]
+    alpha, delta, grad, q_out = args[-4:]
+    ahead = (1 << 62) if ahead is None else ahead
+    signs = signs_in_source_order(args, edge)
+    alpha_s, delta_s = np.ascontiguousarray(alpha[src_edges]), np.ascontiguousarray(delta[src_edges])
+    permute = []  # what producing one source-order array by a gather would cost (numpy, this thread)
+    for _ in range(3):
+        t0 = time.perf_counter()
+        np.take(alpha, src_edges, axis=0, out=np.empty_like(alpha))
+        permute.append(time.perf_counter() - t0)
+    kernel(0, count, *args)
+    want = q_out.copy()
+    variants = {"signs": (src_edges, signs, alpha, delta), "both": (None, signs, alpha_s, delta_s)}
+    if not edge:  # without the edge term, z = xr + xl is today's z
+        variants = {"order": (None, None, alpha_s, delta_s), **variants}
+    got = np.empty_like(q_out)
+
+    def run(ids, s, a, d):
+        _prototype(0, count, src_indptr, ids, src_targets, att, slope, ahead, xl, xr, s, a, d, grad, got)
+
+    for label, v in variants.items():
+        run(*v)
+        if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
+            raise SystemExit(f"{name}: the {label} prototype does not give today's bits")
+    times = {"today": [], **{label: [] for label in variants}}
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        kernel(0, count, *args)
+        times["today"].append(time.perf_counter() - t0)
+        for label, v in variants.items():
+            t0 = time.perf_counter()
+            run(*v)
+            times[label].append(time.perf_counter() - t0)
+    base = np.array(times["today"])
+    res = {k: (float(np.median(v)), float(np.median(np.array(v) / base))) for k, v in times.items()}
+    return kname, signs.nbytes, float(np.median(permute)), res
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--workloads", default="large,large-edge", help="layer workloads (default: large,large-edge)"
+    )
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (median)")
+    parser.add_argument("--size", choices=workloads.SIZES, default="full", help="tiny: a smoke run (seconds)")
+    args = parser.parse_args(argv)
+    names = [n for n in args.workloads.split(",") if n]
+    bad = [n for n in names if workloads.WORKLOADS.get(n, ("",))[0] != "layer"]
+    if bad or not names:
+        parser.error(f"--workloads: not layer workloads: {bad}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    numba.set_num_threads(1)
+    from rooflib.cpu import CPU
+
+    if args.size == "tiny":
+        print("smoke run (tiny sizes): not the published results")
+    print(
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {CPU['model']}, {CPU['simd']}, one thread, "
+        f"python {platform.python_version()}, numba {numba.__version__}; median of {args.rounds} alternating rounds"
+    )
+    print("| workload | kernel today | variant | time | × today |")
+    print("|---|---|---|---:|---:|")
+    for name in names:
+        kname, sign_bytes, permute_s, res = measure(name, args.rounds, args.size)
+        for label, (median, ratio) in res.items():
+            print(f"| {name} | `{kname}` | {label} | {median * 1e3:.1f} ms | {ratio:.2f} |", flush=True)
+        print(
+            f"| {name} | | (sign bytes: {sign_bytes / 2**20:.0f} MiB; gathering `alpha` into source order: "
+            f"{permute_s * 1e3:.1f} ms) | | |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
