@@ -12,7 +12,10 @@ alternating with today's kernel, and checks that each gives the same bits:
   sequence), ``z`` formed as today (no edge features only: it has no edge term);
 * ``signs``: one byte per edge and channel, ``z > 0``, in source-major order,
   instead of forming ``z``; ``alpha`` and ``delta`` gathered as today;
-* ``both``: the two together.
+* ``signs in CSR order``: the same bytes in the edges' CSR order (the
+  target pass's own order, where it could write them in sequence), read at
+  each edge's CSR position;
+* ``both``: ``order`` and ``signs`` together.
 
 The prototypes leave out what producing their inputs would cost (the target
 pass would write the signs and the permuted ``delta``; the forward pass the
@@ -54,11 +57,27 @@ SOURCE_KERNELS = ("gatv2_backward_source_rows", "gatv2_backward_source_edge_rows
 
 @njit(nogil=True)
 def _prototype(
-    j0, j1, src_indptr, edge_ids, src_targets, att, slope, ahead, xl, xr, signs, alpha, delta, grad, q_out
+    j0,
+    j1,
+    src_indptr,
+    edge_ids,
+    src_targets,
+    att,
+    slope,
+    ahead,
+    xl,
+    xr,
+    signs,
+    sign_ids,
+    alpha,
+    delta,
+    grad,
+    q_out,
 ):
     """The LeakyReLU source pass reading ``signs`` (source order, one byte per channel), or forming
-    ``z = xr + xl`` where ``signs`` is None; ``alpha``/``delta`` at the CSR positions ``edge_ids[p]``, or in
-    source order where ``edge_ids`` is None. None is a type of its own: each case compiles on its own,
+    ``z = xr + xl`` where ``signs`` is None; the signs of position ``p`` in row ``p``, or in row
+    ``sign_ids[p]`` (CSR order); ``alpha``/``delta`` at the CSR positions ``edge_ids[p]``, or in source
+    order where ``edge_ids`` is None. None is a type of its own: each case compiles on its own,
     without the other's branches."""
     heads = att.shape[0]
     channels = att.shape[1]
@@ -74,11 +93,14 @@ def _prototype(
                 prefetch_row(grad, src_targets[p + ahead], row_bytes)
                 if signs is None:
                     prefetch_row(xr, src_targets[p + ahead], row_bytes)
+                if sign_ids is not None:
+                    prefetch_row(signs, sign_ids[p + ahead], heads * channels)
                 if edge_ids is not None:
                     prefetch_row(alpha, edge_ids[p + ahead], heads * alpha.itemsize)
                     prefetch_row(delta, edge_ids[p + ahead], heads * delta.itemsize)
             i = src_targets[p]
             e = p if edge_ids is None else edge_ids[p]
+            row = p if sign_ids is None else sign_ids[p]
             for h in range(heads):
                 dl = delta[e, h]
                 w = alpha[e, h]
@@ -88,7 +110,7 @@ def _prototype(
                         q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
                 else:
                     for c in range(channels):
-                        s = one if signs[p, h * channels + c] != 0 else slope
+                        s = one if signs[row, h * channels + c] != 0 else slope
                         q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
 
 
@@ -148,13 +170,21 @@ def measure(name, rounds, size="full"):
         permute.append(time.perf_counter() - t0)
     kernel(0, count, *args)
     want = q_out.copy()
-    variants = {"signs": (src_edges, signs, alpha, delta), "both": (None, signs, alpha_s, delta_s)}
+    signs_csr = np.empty_like(signs)
+    signs_csr[src_edges] = signs
+    variants = {
+        "signs": (src_edges, signs, None, alpha, delta),
+        "signs in CSR order": (src_edges, signs_csr, src_edges, alpha, delta),
+        "both": (None, signs, None, alpha_s, delta_s),
+    }
     if not edge:  # without the edge term, z = xr + xl is today's z
-        variants = {"order": (None, None, alpha_s, delta_s), **variants}
+        variants = {"order": (None, None, None, alpha_s, delta_s), **variants}
     got = np.empty_like(q_out)
 
-    def run(ids, s, a, d):
-        _prototype(0, count, src_indptr, ids, src_targets, att, slope, ahead, xl, xr, s, a, d, grad, got)
+    def run(ids, s, s_ids, a, d):
+        _prototype(
+            0, count, src_indptr, ids, src_targets, att, slope, ahead, xl, xr, s, s_ids, a, d, grad, got
+        )
 
     for label, v in variants.items():
         run(*v)
