@@ -15,7 +15,12 @@ alternating with today's kernel, and checks that each gives the same bits:
 * ``signs in CSR order``: the same bytes in the edges' CSR order (the
   target pass's own order, where it could write them in sequence), read at
   each edge's CSR position;
-* ``both``: ``order`` and ``signs`` together.
+* ``both``: ``order`` and ``signs`` together;
+
+and, without edge features, what writing the sign bytes into source order
+would cost the target pass: a pass of its own over the edges in CSR order
+that forms ``z`` and writes each edge's bytes to its source-major row (an
+upper bound: in the target pass ``xr[i]`` and ``xl[j]`` are already loaded).
 
 The prototypes leave out what producing their inputs would cost (the target
 pass would write the signs and the permuted ``delta``; the forward pass the
@@ -114,6 +119,36 @@ def _prototype(
                         q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]
 
 
+@njit(nogil=True)
+def _scatter_signs(indptr, indices, positions, xl, xr, signs):
+    """A pass of its own in the target pass's order (CSR): ``z = xr[i] + xl[j]`` and its signs written to
+    row ``positions[e]``, the edge's source-major position: the random writes the signs would cost there."""
+    heads = xl.shape[1]
+    channels = xl.shape[2]
+    zero = xl.dtype.type(0.0)
+    for i in range(indptr.size - 1):
+        for e in range(indptr[i], indptr[i + 1]):
+            j = indices[e]
+            row = positions[e]
+            for h in range(heads):
+                for c in range(channels):
+                    signs[row, h * channels + c] = 1 if xr[i, h, c] + xl[j, h, c] > zero else 0
+
+
+def scatter_cost(name, size, src_edges, xl, xr, signs, rounds):
+    """Seconds (median) of :func:`_scatter_signs` on the workload's graph, and whether it wrote ``signs``."""
+    graph = workloads.make_workload(name, size).graph
+    positions = np.empty_like(src_edges)
+    positions[src_edges] = np.arange(src_edges.size)
+    out = np.empty_like(signs)
+    times = []
+    for _ in range(rounds + 1):
+        t0 = time.perf_counter()
+        _scatter_signs(graph.indptr, graph.indices, positions, xl, xr, out)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times[1:])), bool(np.array_equal(out, signs))
+
+
 def capture(name, size):
     """The workload's source-pass kernel and its arguments, from one forward + backward on one thread."""
     seen = {}
@@ -201,7 +236,8 @@ def measure(name, rounds, size="full"):
             times[label].append(time.perf_counter() - t0)
     base = np.array(times["today"])
     res = {k: (float(np.median(v)), float(np.median(np.array(v) / base))) for k, v in times.items()}
-    return kname, signs.nbytes, float(np.median(permute)), res
+    scatter = None if edge else scatter_cost(name, size, src_edges, xl, xr, signs, rounds)
+    return kname, signs.nbytes, float(np.median(permute)), scatter, res
 
 
 def main(argv=None):
@@ -230,13 +266,21 @@ def main(argv=None):
     print("| workload | kernel today | variant | time | × today |")
     print("|---|---|---|---:|---:|")
     for name in names:
-        kname, sign_bytes, permute_s, res = measure(name, args.rounds, args.size)
+        kname, sign_bytes, permute_s, scatter, res = measure(name, args.rounds, args.size)
         for label, (median, ratio) in res.items():
             print(f"| {name} | `{kname}` | {label} | {median * 1e3:.1f} ms | {ratio:.2f} |", flush=True)
         print(
             f"| {name} | | (sign bytes: {sign_bytes / 2**20:.0f} MiB; gathering `alpha` into source order: "
             f"{permute_s * 1e3:.1f} ms) | | |"
         )
+        if scatter is not None:
+            if not scatter[1]:
+                raise SystemExit(f"{name}: the scattered signs differ from the source-order signs")
+            print(
+                f"| {name} | | writing the signs in source order, a pass of its own in CSR order | "
+                f"{scatter[0] * 1e3:.1f} ms | {scatter[0] / res['today'][0]:.2f} |",
+                flush=True,
+            )
     return 0
 
 
