@@ -605,3 +605,12 @@ def test_source_order_prototypes_give_todays_bits(capsys):
         assert row in out
     with pytest.raises(SystemExit):
         source_order.main(["--workloads", "scene-batch-train"])
+
+
+def test_source_order_leaves_the_thread_count_alone():
+    import numba
+    import source_order
+
+    before = numba.get_num_threads()
+    source_order.main(["--size", "tiny", "--rounds", "1", "--workloads", "large"])
+    assert numba.get_num_threads() == before
