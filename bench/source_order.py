@@ -169,14 +169,9 @@ def capture(name, size):
     return found[0], seen[found[0]]
 
 
-def signs_in_source_order(args, edge):
-    """``z > 0`` per edge and channel (one byte each), rows in source-major order: z formed as the kernels do."""
-    if edge:
-        src_indptr, src_edges, src_targets, xl, xr, att, *_rest = args
-        u, weT = args[9], args[10]
-    else:
-        src_indptr, src_edges, src_targets, xl, xr, att, *_rest = args
-        u = weT = None
+def signs_in_source_order(src_indptr, src_edges, src_targets, xl, xr, att, u, weT):
+    """``z > 0`` per edge and channel (one byte each), rows in source-major order: z formed as the kernels do
+    (``u``/``weT`` None: no edge term)."""
     sources = np.repeat(np.arange(src_indptr.size - 1), np.diff(src_indptr))
     heads, channels = att.shape
     signs = np.empty((src_edges.size, heads * channels), np.uint8)
@@ -196,7 +191,8 @@ def measure(name, rounds, size="full"):
     src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, ahead = args[:9]
     alpha, delta, grad, q_out = args[-4:]
     ahead = (1 << 62) if ahead is None else ahead
-    signs = signs_in_source_order(args, edge)
+    u, weT = (args[9], args[10]) if edge else (None, None)
+    signs = signs_in_source_order(src_indptr, src_edges, src_targets, xl, xr, att, u, weT)
     alpha_s, delta_s = np.ascontiguousarray(alpha[src_edges]), np.ascontiguousarray(delta[src_edges])
     permute = []  # what producing one source-order array by a gather would cost (numpy, this thread)
     for _ in range(3):
