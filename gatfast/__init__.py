@@ -2,30 +2,116 @@
 with closed-form gradients in Numba kernels.
 
 Importing gatfast changes nothing in the process; what it sets later, and
-when, is listed in ``gatfast/_runtime.py``.
+when, is listed in ``gatfast/_runtime.py``. It imports nothing heavy either:
+each name below is imported on first use (``gatfast.CSRGraph`` imports
+``gatfast.graph``, and Numba with it), so that ``gatfast train`` can start
+its compile helper (``gatfast/_precompile.py``) before the library loads.
 """
 
-from . import data, diagnostics, estimators, models
-from ._random import GraphIds, RandomKeys
-from ._validate import NonFiniteError
-from .graph import CSRGraph, batch_graphs
-from .layers import GATv2Layer, LayerCache
-from .models import GATv2Network
-from .optim import SGD, Adam, AdamW, clip_grad_norm
-from .training import (
-    TrainConfig,
-    TrainingDiverged,
-    TrainResult,
-    WorkersLost,
-    evaluate,
-    fit,
-    load_checkpoint,
-    save_checkpoint,
-    train,
-)
-from .training import backends as _backends
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from . import _hooks
 
 __version__ = "0.2.0"
+
+# name -> the module it comes from, imported on first use
+_HOMES = {
+    "CSRGraph": "graph",
+    "batch_graphs": "graph",
+    "GraphIds": "_random",
+    "RandomKeys": "_random",
+    "NonFiniteError": "_validate",
+    "GATv2Layer": "layers",
+    "LayerCache": "layers",
+    "GATv2Network": "models",
+    "SGD": "optim",
+    "Adam": "optim",
+    "AdamW": "optim",
+    "clip_grad_norm": "optim",
+    "TrainConfig": "training",
+    "TrainResult": "training",
+    "TrainingDiverged": "training",
+    "WorkersLost": "training",
+    "evaluate": "training",
+    "fit": "training",
+    "load_checkpoint": "training",
+    "save_checkpoint": "training",
+    "train": "training",
+    # the estimators import scikit-learn (optional) on first use, never at `import gatfast`
+    "GATv2Classifier": "estimators",
+    "GATv2GraphClassifier": "estimators",
+}
+_SUBPACKAGES = ("data", "diagnostics", "estimators", "models")
+
+__all__ = [  # the names of _HOMES and _SUBPACKAGES (tests/test_house.py checks)
+    "__version__",
+    "Adam",
+    "AdamW",
+    "batch_graphs",
+    "clip_grad_norm",
+    "CSRGraph",
+    "data",
+    "diagnostics",
+    "estimators",
+    "evaluate",
+    "fit",
+    "GATv2Classifier",
+    "GATv2GraphClassifier",
+    "GATv2Layer",
+    "GATv2Network",
+    "GraphIds",
+    "LayerCache",
+    "load_checkpoint",
+    "models",
+    "NonFiniteError",
+    "RandomKeys",
+    "save_checkpoint",
+    "SGD",
+    "train",
+    "TrainConfig",
+    "TrainingDiverged",
+    "TrainResult",
+    "WorkersLost",
+]
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from . import data, diagnostics, estimators, models
+    from ._random import GraphIds, RandomKeys
+    from ._validate import NonFiniteError
+    from .estimators import GATv2Classifier, GATv2GraphClassifier
+    from .graph import CSRGraph, batch_graphs
+    from .layers import GATv2Layer, LayerCache
+    from .models import GATv2Network
+    from .optim import SGD, Adam, AdamW, clip_grad_norm
+    from .training import (
+        TrainConfig,
+        TrainingDiverged,
+        TrainResult,
+        WorkersLost,
+        evaluate,
+        fit,
+        load_checkpoint,
+        save_checkpoint,
+        train,
+    )
+
+
+def __getattr__(name):
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")  # also sets it on this module
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    if _HOMES[name] != "estimators":  # an estimator may be a placeholder until scikit-learn is installed
+        globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def _open_cluster(**options):
@@ -35,42 +121,4 @@ def _open_cluster(**options):
     return open_session(**options)
 
 
-_backends.register_cluster_provider(_open_cluster)
-
-__all__ = [
-    "CSRGraph",
-    "GATv2Classifier",
-    "GATv2GraphClassifier",
-    "GATv2Layer",
-    "GATv2Network",
-    "GraphIds",
-    "LayerCache",
-    "NonFiniteError",
-    "RandomKeys",
-    "SGD",
-    "Adam",
-    "AdamW",
-    "TrainConfig",
-    "TrainResult",
-    "TrainingDiverged",
-    "WorkersLost",
-    "batch_graphs",
-    "clip_grad_norm",
-    "data",
-    "diagnostics",
-    "estimators",
-    "evaluate",
-    "fit",
-    "load_checkpoint",
-    "models",
-    "save_checkpoint",
-    "train",
-    "__version__",
-]
-
-
-def __getattr__(name):
-    # the estimators import scikit-learn (optional) on first use, never at `import gatfast`
-    if name in estimators.__all__:
-        return getattr(estimators, name)
-    raise AttributeError(f"module 'gatfast' has no attribute {name!r}")
+_hooks.set_cluster_provider(_open_cluster)

@@ -33,7 +33,7 @@ FLOORS = {
     "distributed": {"training", "models", "layers", "optim", "data", "graph", "sampling"},
     "estimators": {"training", "models", "layers", "optim", "data", "graph"},
 }
-SHARED = {"_validate", "_paths", "_runtime", "_io"}
+SHARED = {"_validate", "_paths", "_runtime", "_io", "_hooks"}
 
 
 def _module_name(path):
@@ -97,6 +97,15 @@ def test_floors_import_only_the_floors_below(path):
             assert other in FLOORS[floor], f"{floor} (in {path.name}) must not import gatfast.{other}"
 
 
+def test_import_gatfast_loads_nothing_heavy():
+    # gatfast train starts its compile helper before the library (and Numba) loads
+    code = "import sys, gatfast, gatfast.cli; print(sorted(m for m in ('numba', 'scipy', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stderr
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        gatfast.nothing_here  # noqa: B018
+
+
 def test_import_has_no_side_effects():
     code = (
         "import os, numba\n"
@@ -119,8 +128,10 @@ def test_import_has_no_side_effects():
 
 
 def test_every_exported_name_exists_and_exceptions_are_exported():
+    assert set(gatfast.__all__) == {*gatfast._HOMES, *gatfast._SUBPACKAGES, "__version__"}
     for name in gatfast.__all__:
         assert hasattr(gatfast, name), name
+        assert name in dir(gatfast)
     assert {"TrainingDiverged", "NonFiniteError", "TrainConfig"} <= set(gatfast.__all__)
     assert issubclass(gatfast.NonFiniteError, ValueError)
 

@@ -3,9 +3,9 @@
 ``training`` sits below ``gatfast.distributed`` and never imports it (nor
 dask). :func:`gatfast.train` reaches a cluster (``client=``, or the options
 ``workers``/``scheduler``) through :func:`cluster_session`, which calls the
-*provider* registered here. ``gatfast/__init__.py``, the package's
-composition root, registers one that imports ``gatfast.distributed`` (and
-so dask) on first use only.
+*provider* registered here (kept in ``gatfast/_hooks.py``).
+``gatfast/__init__.py``, the package's composition root, registers one that
+imports ``gatfast.distributed`` (and so dask) on first use only.
 
 A provider is called as ``provider(client=..., workers=..., scheduler=...,
 worker_timeout=..., progress=...)`` and returns a context manager that
@@ -35,17 +35,14 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-__all__ = ["check_cluster_options", "cluster_session", "register_cluster_provider", "uses_cluster"]
+from .. import _hooks
 
-_provider = {"cluster": None}
+__all__ = ["check_cluster_options", "cluster_session", "register_cluster_provider", "uses_cluster"]
 
 
 def register_cluster_provider(provider):
     """Set the function that opens a cluster session (see the module docstring); returns the previous one."""
-    if provider is not None and not callable(provider):
-        raise TypeError(f"provider must be callable or None, got {type(provider).__name__}")
-    previous, _provider["cluster"] = _provider["cluster"], provider
-    return previous
+    return _hooks.set_cluster_provider(provider)
 
 
 def uses_cluster(config, client=None):
@@ -76,7 +73,7 @@ def cluster_session(config, client=None, progress=None):
     if not uses_cluster(config, client):
         return nullcontext(None)
     check_cluster_options(config, client)
-    provider = _provider["cluster"]
+    provider = _hooks.cluster_provider()
     if provider is None:
         raise ImportError(
             "no cluster provider is registered (import gatfast.distributed, which needs "
