@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 import outdirs  # noqa: E402
 from comparelib.runs import JEMALLOC_PATHS, add_roofline, roofline_probe, run_all  # noqa: E402
 
-from gatfast._runtime import usable_cpus  # noqa: E402
+from gatfast._cpus import usable_cpus  # noqa: E402
 
 COMPARE = HERE / "compare.py"
 LIBS = ("gatfast", "pyg")

@@ -368,11 +368,3 @@ def compiled_or_cached(kernel):
         return bool(kernel.signatures) or os.path.exists(kernel._cache._cache_file._index_path)
     except AttributeError:
         return True
-
-
-def usable_cpus():
-    """The CPUs this process may run on (its affinity mask where the platform has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1

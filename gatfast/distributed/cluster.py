@@ -39,7 +39,7 @@ import os
 import dask
 from distributed import Client, LocalCluster
 
-from .._runtime import usable_cpus
+from .._cpus import usable_cpus
 from ..training.options import check_address
 from .executor import ShardExecutor
 from .faults import Watch
