@@ -377,6 +377,30 @@ def test_python_m_gatfast_subprocess(tmp_path):
     assert proc.returncode == 2 and "--epochs" in proc.stderr
 
 
+def test_the_program_runs_exit_handlers_and_flushes_before_its_quick_exit(tmp_path):
+    # gatfast.cli.run ends with os._exit (no interpreter teardown): what an exit must do still happens
+    code = (
+        "import atexit, sys\n"
+        "from gatfast.cli import run\n"
+        "atexit.register(lambda: print('exit handler ran'))\n"
+        "sys.stdout.write('unflushed ')\n"
+        "sys.argv = ['gatfast', 'train', '--epochs', '2', '--quiet', '--metrics-json', 'm.json']\n"
+        "run()\n"
+        "print('never reached')\n"
+    )
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("unflushed final metrics:") and proc.stdout.endswith("exit handler ran\n")
+    assert "never reached" not in proc.stdout
+    assert json.loads((tmp_path / "m.json").read_text())["epochs"] == 2
+    code = code.replace("'--epochs', '2'", "'--epochs', '0'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "--epochs" in proc.stderr and "exit handler ran" in proc.stdout
+
+
 def test_generator_flags_shape_the_dataset_and_evaluate_makes_it_again(tmp_path, capsys):
     save, metrics = tmp_path / "m.npz", tmp_path / "m.json"
     status, out, _ = run(["train", "--dataset", "csbm", "--nodes", 300, "--avg-degree", 6, "--features", 7,
