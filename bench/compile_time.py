@@ -134,7 +134,8 @@ def train_runs(rounds, threads):
 
 def train_markdown(train):
     def fmt(values):
-        return " / ".join(f"{v:.1f}" for v in values)
+        runs = " / ".join(f"{v:.1f}" for v in values)
+        return f"{runs} (mean {sum(values) / len(values):.1f})" if len(values) > 2 else runs
 
     lines = [
         "First `gatfast train` runs, interpreter start to exit (s): cold runs alternate with and without the "
