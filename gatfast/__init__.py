@@ -44,7 +44,10 @@ _HOMES = {
     "GATv2Classifier": "estimators",
     "GATv2GraphClassifier": "estimators",
 }
-_SUBPACKAGES = ("data", "diagnostics", "estimators", "models")
+_SUBPACKAGES = ("data", "diagnostics", "estimators", "models")  # also in __all__
+# reachable as attributes too, as when the package imported them all (gatfast.distributed needs dask:
+# import it)
+_MODULES = ("cli", "graph", "kernels", "layers", "optim", "sampling", "training")
 
 __all__ = [  # the names of _HOMES and _SUBPACKAGES (tests/test_house.py checks)
     "__version__",
@@ -100,7 +103,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
 
 
 def __getattr__(name):
-    if name in _SUBPACKAGES:
+    if name in _SUBPACKAGES or name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")  # also sets it on this module
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

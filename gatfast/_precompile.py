@@ -14,17 +14,21 @@ the helper stops at the next one, which the run has.
 The helper starts in two steps, so that it loads Numba and the kernels
 while the run loads the library: :func:`prestart_helper`, the first thing
 ``gatfast train`` does, starts it waiting; :func:`start_helper`, once the
-run's options are checked, tells it which run's list to compile, or lets it
-go. It ends when the run exits (it is terminated), and at once when the run
-dies (its stdin, a pipe from the run, closes).
+run's options are checked, tells it which run's list to compile, or ends
+it (a command that did not need it: another dataset, a warm cache, a
+recipe, ``--help``, an error). It ends when the run exits (it is
+terminated), and at once when the run dies, also during its warm-up (its
+stdin, a pipe from the run, closes).
 
 It changes no result: the kernels are the same, only who compiles them.
-Numba writes each cache file atomically (a temporary file, then a rename),
-and two processes may save the *same* entries at once; two processes
-adding *different* entries of one kernel at the same moment can leave its
-index pointing at the other's code. So the helper compiles only for a run
-whose entries it has exactly: a recorded dataset (``RECORDED_RUNS``) in
-float32 without another recipe, and never with ``GATFAST_PRECOMPILE=0``.
+Numba's cache index is not safe for two processes adding *different*
+entries of one kernel at the same moment (a lost entry, or an index
+pointing at the other's code); both save the listed kernels under a lock
+on their index (``_cache_share.py``), so the run may compile other
+argument types of them (a wider layer, a bigger graph) while the helper
+runs. The helper compiles only for a recorded dataset (``RECORDED_RUNS``)
+in float32 without another recipe, where its list is the run's, and never
+with ``GATFAST_PRECOMPILE=0``.
 """
 
 from __future__ import annotations
@@ -36,19 +40,22 @@ import subprocess
 import sys
 import threading
 
+from ._cache_share import HelperProgress, can_share, share_caches
 from ._cpus import usable_cpus
 from ._kernel_list import ENV_SWITCH, RECORDED_RUNS, kernel_name, load_manifest
 
-__all__ = ["HelperProgress", "compile_backwards", "prestart_helper", "start_helper"]
+__all__ = ["compile_backwards", "let_go_waiting_helper", "prestart_helper", "start_helper"]
 
 # The helper imports gatfast from the parent's own sys.path: ``python -m`` would put the working
 # directory first, where another checkout may lie. Its stdin is a pipe from the parent: the first
 # line names the run to compile for, and end of file means the parent is gone, however it died.
 # It needs only the kernels, so the package's __init__ is left unrun: an empty module stands for it.
+# Isolated (-I): nothing from the working directory or PYTHON* variables; it ends without the
+# interpreter's teardown (0.4 s of a core the run's threads may want).
 _HELPER = (
-    "import importlib.util, json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    "import importlib.util, json, os, sys; sys.path[:] = json.loads(sys.argv[1]); "
     "sys.modules['gatfast'] = importlib.util.module_from_spec(importlib.util.find_spec('gatfast')); "
-    "from gatfast._precompile import main; sys.exit(main(sys.argv[2:]))"
+    "from gatfast._precompile import main; status = main(sys.argv[2:]); sys.stdout.flush(); os._exit(status)"
 )
 
 _waiting = []  # the helper prestart_helper started, not yet told what to compile
@@ -73,42 +80,46 @@ def start_helper(dataset, dtype="float32"):
 
     Only for a recorded dataset in the recorded dtype (float32), with two or
     more usable CPUs, an empty cache for the list's last kernel and no helper
-    already compiling. Another configuration would compile other argument
-    types of the same kernels at the same time as the helper, and Numba's
-    cache index is not safe for two processes adding different entries of
-    one kernel at once. A helper started waiting is let go where it would
-    not help. Any failure is ignored: the run compiles alone.
+    already compiling: elsewhere the helper would compile kernels the run may
+    not need. Both processes save the listed kernels under a lock on their
+    index (``_cache_share.py``), so other argument types (another width, a
+    bigger graph) are safe too. A helper started waiting is let go where it
+    would not help. Any failure is ignored: the run compiles alone.
     """
     from ._runtime import compiled_or_cached
 
     waiting, _waiting[:] = _waiting[:], []
     helper = next((h for h in waiting if h.poll() is None), None)
-    if helper is None and _busy():
-        return None
+    undo = None
     try:
+        if helper is None and _busy():
+            return None
         recorded = dataset in RECORDED_RUNS and str(dtype) == "float32" and _allowed()
         entries = load_manifest(dataset) if recorded else []
-        wanted = bool(entries) and not compiled_or_cached(entries[-1][0])
-    except Exception:
-        wanted = False
-    if not wanted:
-        if helper is not None:
-            _let_go(helper)
-        return None
-    helper = helper or _spawn()
-    try:
+        if not entries or compiled_or_cached(entries[-1][0]):
+            raise LookupError("nothing for a helper to do")
+        helper = helper or _spawn()
+        progress = HelperProgress()
+        undo = share_caches((dispatcher for dispatcher, _ in entries), progress)
         helper.stdin.write(f"{dataset}\n".encode())
         helper.stdin.flush()
-    except (AttributeError, OSError, ValueError):  # none started, or it died
+        # reaped when it ends (not at exit), and the run's kernels stop waiting for it then
+        threading.Thread(target=progress.follow, args=(helper, undo), daemon=True).start()
+    except Exception:  # not wanted, none started, or it died
+        if undo is not None:
+            undo()
         if helper is not None:
             _let_go(helper)
         return None
-    progress = HelperProgress()
-    undo = progress.wait_in(dispatcher for dispatcher, _ in entries)
-    # reaped when it ends (not at exit), and the run's kernels stop waiting for it then
-    threading.Thread(target=progress.follow, args=(helper, undo), daemon=True).start()
     _running[:] = [helper]
     return helper
+
+
+def let_go_waiting_helper():
+    """End a helper still waiting to be told what to compile (a command that did not need it)."""
+    waiting, _waiting[:] = _waiting[:], []
+    for helper in waiting:
+        _let_go(helper)
 
 
 def _allowed():
@@ -117,6 +128,7 @@ def _allowed():
         or usable_cpus() < 2
         or getattr(sys, "frozen", False)
         or not sys.executable
+        or not can_share()
     )
 
 
@@ -127,7 +139,7 @@ def _busy():
 def _spawn():
     try:
         helper = subprocess.Popen(
-            [sys.executable, "-c", _HELPER, json.dumps(sys.path), f"--parent={os.getpid()}", "--wait"],
+            [sys.executable, "-I", "-c", _HELPER, json.dumps(sys.path), f"--parent={os.getpid()}", "--wait"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -139,13 +151,13 @@ def _spawn():
 
 
 def _let_go(helper):
-    """End a waiting helper: its stdin closes, so it leaves; reaped in the background."""
-    for pipe in (helper.stdin, helper.stdout):
+    """End a helper that compiled nothing yet (it is told what to compile only after this choice)."""
+    for end in (helper.terminate, helper.stdin.close, helper.stdout.close):
         try:
-            pipe.close()
-        except (AttributeError, OSError):
+            end()
+        except (AttributeError, OSError, ValueError):
             pass
-    threading.Thread(target=helper.wait, daemon=True).start()
+    threading.Thread(target=helper.wait, daemon=True).start()  # reaped in the background
 
 
 def _stop(helper):
@@ -157,88 +169,20 @@ def _stop(helper):
             helper.kill()
 
 
-class HelperProgress:
-    """The kernel the helper is compiling, from its progress lines (``start NAME``, ``done NAME``).
-
-    The run, reaching that kernel, waits for the helper to save it and loads
-    it from the cache instead of compiling it a second time.
-    """
-
-    #: Longest wait for one kernel (s): a helper this slow is stuck, and the run compiles it itself.
-    PATIENCE = 60.0
-
-    def __init__(self):
-        self._changed = threading.Condition()
-        self._compiling = None
-        self._pid = os.getpid()  # a forked child has no reader of the helper's lines: it never waits
-
-    def follow(self, helper, on_end=lambda: None):
-        """Read ``helper``'s progress lines until it ends, then call ``on_end`` and reap it."""
-        try:
-            for line in helper.stdout:
-                event, _, name = line.decode("utf-8", "replace").strip().partition(" ")
-                self._set(name if event == "start" else None)
-        except (OSError, ValueError):
-            pass
-        finally:
-            self._set(None)
-            on_end()
-            helper.wait()
-
-    def _set(self, name):
-        with self._changed:
-            self._compiling = name
-            self._changed.notify_all()
-
-    def wait_for(self, name, timeout=None):
-        """Wait while the helper compiles the kernel ``name``; False if it still is after ``timeout``."""
-        if os.getpid() != self._pid:
-            return True
-        timeout = self.PATIENCE if timeout is None else timeout
-        with self._changed:
-            return self._changed.wait_for(lambda: self._compiling != name, timeout)
-
-    def wait_in(self, dispatchers):
-        """Make each of ``dispatchers`` wait for the helper before it reads the cache; returns the undo.
-
-        A dispatcher without Numba's usual cache object is left alone: it
-        compiles as before, perhaps a second time.
-        """
-        wrapped = []
-        for dispatcher in set(dispatchers):
-            cache = getattr(dispatcher, "_cache", None)
-            if hasattr(cache, "load_overload") and not isinstance(cache, _CacheAfterHelper):
-                dispatcher._cache = _CacheAfterHelper(cache, kernel_name(dispatcher), self)
-                wrapped.append((dispatcher, cache))
-
-        def undo():
-            for dispatcher, cache in wrapped:
-                dispatcher._cache = cache
-
-        return undo
-
-
-class _CacheAfterHelper:
-    """A Numba dispatcher's cache that first waits for the helper to finish this kernel."""
-
-    def __init__(self, cache, name, progress):
-        self._cache, self._name, self._progress = cache, name, progress
-
-    def load_overload(self, sig, target_context):
-        self._progress.wait_for(self._name)
-        return self._cache.load_overload(sig, target_context)
-
-    def __getattr__(self, attr):
-        return getattr(self._cache, attr)
-
-
 # ---------------------------------------------------------------------------------- the helper's side
-def _exit_with_parent():
-    """In the helper: leave at once when the parent's end of stdin closes (it exited or was killed)."""
+def _read_orders(orders):
+    """In the helper: the first line of stdin (the dataset) into ``orders["dataset"]``, then wait for end
+    of file.
+
+    End of file means the parent let it go, exited or was killed: the helper
+    leaves at once, also in the middle of a compile or of its warm-up.
+    """
     try:
+        orders["dataset"] = sys.stdin.buffer.readline().decode("utf-8", "replace").strip()
+        orders["ready"].set()
         sys.stdin.buffer.read()
     except (OSError, ValueError, AttributeError):
-        return  # no usable stdin: the check between kernels remains
+        return  # no usable stdin: the check of the parent between kernels remains
     os._exit(0)
 
 
@@ -268,7 +212,11 @@ def compile_backwards(entries, parent=None, stop_at_cached=True, report=lambda e
             break
         hits = sum(dispatcher.stats.cache_hits.values())
         report("start", kernel_name(dispatcher))
-        dispatcher.compile(args)
+        try:
+            dispatcher.compile(args)
+        except Exception:  # an entry this code no longer compiles: the list only helps, skip it
+            report("done", kernel_name(dispatcher))
+            continue
         report("done", kernel_name(dispatcher))
         if sum(dispatcher.stats.cache_hits.values()) > hits:
             if stop_at_cached:
@@ -299,16 +247,18 @@ def main(argv=None):
         return 0
     try:
         dataset = args.dataset
-        if args.wait:
-            _warm_up()
-            dataset = sys.stdin.buffer.readline().decode("utf-8", "replace").strip()
-            if not dataset:  # let go, or the run is gone
-                return 0
-        if args.parent is not None:
-            threading.Thread(target=_exit_with_parent, daemon=True).start()
-        compile_backwards(
-            load_manifest(dataset), parent=args.parent, stop_at_cached=not args.all, report=_print_progress
-        )
+        if args.parent is not None or args.wait:
+            orders = {"dataset": None, "ready": threading.Event()}
+            threading.Thread(target=_read_orders, args=(orders,), daemon=True).start()
+            if args.wait:
+                _warm_up()
+                orders["ready"].wait()
+                dataset = orders["dataset"]
+                if not dataset:  # let go, or the run is gone
+                    return 0
+        entries = load_manifest(dataset)
+        share_caches(dispatcher for dispatcher, _ in entries)  # saves under the index locks
+        compile_backwards(entries, parent=args.parent, stop_at_cached=not args.all, report=_print_progress)
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the run stops, so does this
         return 130
     except BrokenPipeError:  # the run is gone

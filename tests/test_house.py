@@ -104,6 +104,9 @@ def test_import_gatfast_loads_nothing_heavy():
     assert out.stdout.strip() == "[]", out.stderr
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         gatfast.nothing_here  # noqa: B018
+    code = "import gatfast; print(gatfast.training.train is gatfast.train, gatfast.sampling.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["True", "gatfast.sampling"], out.stderr  # subpackages as attributes
 
 
 def test_import_has_no_side_effects():
@@ -118,6 +121,7 @@ def test_import_has_no_side_effects():
         "g = gatfast.CSRGraph.from_edge_index(np.array([[0, 1], [1, 0]]), 2)\n"
         "gatfast.GATv2Layer(2, 2).forward(g, np.ones((2, 2), np.float32))\n"
         "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+        "assert numba.get_num_threads() == threads\n"  # nor did importing the library on first use
         "print('ok')\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}

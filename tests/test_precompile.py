@@ -12,7 +12,7 @@ import types as pytypes
 
 import pytest
 
-from gatfast import _kernel_list, _precompile
+from gatfast import _cache_share, _kernel_list, _precompile
 
 
 class FakeProcess:
@@ -27,6 +27,9 @@ class FakeProcess:
         self.stdout = io.BytesIO()
         self.let_go = False
         self.returncode = None
+
+    def terminate(self):
+        self.returncode = -15
 
     def poll(self):
         return self.returncode
@@ -44,7 +47,7 @@ def spawn(monkeypatch):
     monkeypatch.setattr(_precompile, "_waiting", [])
     monkeypatch.setattr(_precompile, "usable_cpus", lambda: 2)
     monkeypatch.setattr("gatfast._runtime.compiled_or_cached", lambda d: False)
-    monkeypatch.setattr(_precompile.HelperProgress, "wait_in", lambda self, dispatchers: lambda: None)
+    monkeypatch.setattr(_precompile, "share_caches", lambda dispatchers, progress=None: lambda: None)
 
     def popen(*args, **kwargs):
         seen["started"].append(FakeProcess(*args))
@@ -59,7 +62,8 @@ def test_the_helper_starts_for_a_recorded_float32_run_on_an_empty_cache(spawn):
     helper = _precompile.start_helper("cora")
     assert spawn["started"] == [helper]
     assert helper.args[-2:] == [f"--parent={os.getpid()}", "--wait"]
-    assert json.loads(helper.args[3]) == sys.path  # gatfast from the parent's path, not the cwd's
+    assert helper.args[1] == "-I"  # isolated: nothing from the working directory or PYTHON* variables
+    assert json.loads(helper.args[4]) == sys.path  # gatfast from the parent's own path
     assert spawn["at_exit"] == [(_precompile._stop, helper)]  # stopped when the run exits
     assert helper.stdin.getvalue() == b"cora\n"  # told which run's list to compile
 
@@ -114,6 +118,19 @@ def test_one_helper_at_a_time(spawn, monkeypatch):
     assert _precompile.prestart_helper(["train"]) is None
     busy.returncode = 0  # done: the next run may start one
     assert _precompile.start_helper("karate") is not None
+
+
+def test_a_helper_the_command_did_not_need_is_let_go(spawn):
+    from gatfast.cli import main
+
+    assert (
+        main(["train", "--dataset", "mutag", "--preset", "tu", "--epochs", "1", "--quiet"]) == 0
+    )  # a recipe
+    for refused in (["train", "--epochs", "0"], ["train", "--help"]):
+        with pytest.raises(SystemExit):
+            main(refused)
+    assert len(spawn["started"]) == 3 and all(h.let_go and h.returncode == -15 for h in spawn["started"])
+    assert _precompile._waiting == []
 
 
 def test_a_dead_waiting_helper_is_replaced(spawn):
@@ -231,7 +248,7 @@ def _settle(progress, name):
 
 
 def test_the_run_waits_for_the_kernel_the_helper_is_compiling():
-    progress = _precompile.HelperProgress()
+    progress = _cache_share.HelperProgress()
     feed, ended, thread = _follow(progress)
     feed.send("start gatfast.kernels.x.big")
     _settle(progress, "gatfast.kernels.x.big")
@@ -255,24 +272,22 @@ def test_the_run_waits_for_the_kernel_the_helper_is_compiling():
 
 
 def test_a_forked_child_never_waits_for_its_parents_helper(monkeypatch):
-    progress = _precompile.HelperProgress()
+    progress = _cache_share.HelperProgress()
     progress._set("gatfast.kernels.x.big")
     assert not progress.wait_for("gatfast.kernels.x.big", timeout=0.01)
-    monkeypatch.setattr(_precompile.os, "getpid", lambda: -1)
+    monkeypatch.setattr(_cache_share.os, "getpid", lambda: -1)
     assert progress.wait_for("gatfast.kernels.x.big", timeout=30)
 
 
 def test_the_kernels_wait_through_their_cache_and_are_restored_after():
-    from gatfast._runtime import compiled_or_cached
     from gatfast.kernels.reduce import column_sums
 
-    progress, original = _precompile.HelperProgress(), column_sums._cache
-    undo = progress.wait_in([column_sums, column_sums])
+    progress, original = _cache_share.HelperProgress(), column_sums._cache
+    undo = _cache_share.share_caches([column_sums, column_sums], progress)
     try:
         wrapped = column_sums._cache
         assert wrapped is not original and wrapped._cache is original  # wrapped once
         assert wrapped._cache_file is original._cache_file  # the rest of Numba's cache is untouched
-        assert compiled_or_cached(column_sums) in (True, False)
         asked = []
         progress.wait_for = lambda name, timeout=None: asked.append(name)
         original_load = original.load_overload
@@ -285,6 +300,76 @@ def test_the_kernels_wait_through_their_cache_and_are_restored_after():
     finally:
         undo()
     assert column_sums._cache is original
+
+
+SHARED_KERNEL = """
+from numba import njit
+
+@njit(cache=True)
+def twice(x):
+    return 2 * x
+"""
+
+
+def test_numba_itself_loads_and_saves_through_the_shared_cache(tmp_path, monkeypatch):
+    # the real compile path (no fakes): Numba asks the wrapper to load, and saves under the index lock
+    (tmp_path / "shared_kernel_mod.py").write_text(SHARED_KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    import shared_kernel_mod
+
+    progress, asked, locked = _cache_share.HelperProgress(), [], []
+    progress.wait_for = lambda name, timeout=None: asked.append(name)
+    real_lock = _cache_share.index_lock
+
+    def lock(cache):
+        locked.append(cache._cache_file._index_path)
+        return real_lock(cache)
+
+    monkeypatch.setattr(_cache_share, "index_lock", lock)
+    undo = _cache_share.share_caches([shared_kernel_mod.twice], progress)
+    try:
+        assert shared_kernel_mod.twice(21) == 42
+    finally:
+        undo()
+    assert asked == ["shared_kernel_mod.twice"]
+    assert len(locked) == 1 and os.path.exists(locked[0]) and os.path.exists(locked[0] + ".lock")
+
+
+def test_the_index_lock_is_exclusive_across_processes(tmp_path):
+    cache = pytypes.SimpleNamespace(_cache_file=pytypes.SimpleNamespace(_index_path=str(tmp_path / "k.nbi")))
+    holder = (
+        "import sys, time, types\n"
+        "from gatfast._cache_share import index_lock\n"
+        "c = types.SimpleNamespace(_cache_file=types.SimpleNamespace(_index_path=sys.argv[1]))\n"
+        "with index_lock(c):\n"
+        "    print('locked', flush=True)\n"
+        "    time.sleep(1.0)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", holder, str(tmp_path / "k.nbi")], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "locked"
+    t0 = time.monotonic()
+    with _cache_share.index_lock(cache):
+        waited = time.monotonic() - t0
+    proc.wait(30)
+    assert waited > 0.5  # held by the other process until it saved
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+def test_a_helper_let_go_leaves_at_once(monkeypatch):
+    monkeypatch.delenv(_kernel_list.ENV_SWITCH, raising=False)
+    monkeypatch.setattr(_precompile, "_waiting", [])
+    monkeypatch.setattr(_precompile, "_running", [])
+    monkeypatch.setattr(_precompile, "usable_cpus", lambda: 2)
+    helper = _precompile.prestart_helper(["train"])
+    time.sleep(0.2)  # importing Numba and the kernels
+    _precompile.let_go_waiting_helper()
+    deadline = time.monotonic() + 1.0
+    while not _gone(helper.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _gone(helper.pid)
 
 
 def _gone(pid):

@@ -37,10 +37,17 @@ def main(argv=None):
         its tolerance, 2 on an error (reported on one line of stderr), 128 + the
         signal number when a signal stopped the command.
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    from .._precompile import prestart_helper
+    from .._precompile import let_go_waiting_helper, prestart_helper
 
+    argv = sys.argv[1:] if argv is None else list(argv)
     prestart_helper(argv)
+    try:
+        return _run_command(argv)
+    finally:  # a helper started for a run that never told it what to compile (help, an error, a recipe)
+        let_go_waiting_helper()
+
+
+def _run_command(argv):
     from ..training import TrainingDiverged, WorkersLost
     from .commands import cmd_evaluate, cmd_experiment, cmd_gradcheck, cmd_train
     from .options import CLIError
@@ -82,7 +89,8 @@ def run():
     teardown of every module, which took 0.4-0.5 s of each ``gatfast train``
     (Numba's and LLVM's objects; 0.05 s this way). Nothing is left running
     by then: the thread pool's workers are idle. A command that raises
-    leaves the usual way, with its traceback.
+    leaves the usual way, with its traceback. Being the program, it ends
+    the process: a library calls :func:`main`, which returns the status.
     """
     status = main()
     try:
