@@ -5,6 +5,7 @@ import pytest
 
 from gatfast.kernels import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
 from gatfast.kernels.activations import ACTIVATIONS
+from gatfast.kernels.edge import edge_z
 
 
 def _strided(shape, dtype):
@@ -178,15 +179,75 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
         att_part = np.full((blocks, heads, channels), np.nan, dtype)
         we_part = np.full((blocks, heads, dims, channels), np.nan, dtype)
         grad_u = np.full((indices.size, dims), np.nan, dtype)
+        signs = np.full((indices.size, heads, channels), 7, np.uint8)
         gatv2_backward_target_edge_blocks(
             0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
-            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u,
+            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, signs,
         )  # fmt: skip
-        results.append([np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part, we_part, grad_u)])
-    names = ("upstream", "delta", "p_out", "att_part", "we_part", "grad_u")
+        results.append(
+            [np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part, we_part, grad_u, signs)]
+        )
+    names = ("upstream", "delta", "p_out", "att_part", "we_part", "grad_u", "signs")
     for name, fast, plain in zip(names, *results):
         assert not np.isnan(fast).any(), name
         assert fast.tobytes() == plain.tobytes(), name
+    # the signs are z > 0 of edge.edge_z's z, formed here in NumPy with the same operations in order
+    targets = np.repeat(np.arange(n), np.diff(indptr))
+    z = xr[targets] + xl[indices]
+    for d in range(dims):
+        z = z + weT[None, :, d, :] * u[:, d, None, None]
+    assert results[0][-1].tobytes() == (z > 0).astype(np.uint8).tobytes()
+    # without the signs (None): a specialisation of its own, the other outputs the same bits
+    upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
+    outputs = [np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
+               np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype)]  # fmt: skip
+    gatv2_backward_target_edge_blocks(
+        0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
+        alpha, grad, upstream, delta, *outputs, None,
+    )  # fmt: skip
+    for name, value, fast in zip(names, (upstream, delta, *outputs), results[0]):
+        assert value.tobytes() == fast.tobytes(), name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("heads", "channels"), CASES)
+@pytest.mark.parametrize("dims", [1, 4])
+def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads, channels, dims):
+    """``gatv2_backward_source_sign_rows`` against the edge source pass that forms ``z`` (both prefetch)."""
+    from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_backward_source_sign_rows
+
+    n = 40
+    indptr, indices, src_indptr, src_edges, src_targets = _graph(channels * 10 + heads + dims, n)
+    dropout = dims == 4
+    xl, xr, grad, att, alpha, edge_scale = _inputs(
+        channels + 5, n, indices.size, heads, channels, dtype, dropout
+    )
+    rng = np.random.default_rng(channels + dims + 1)
+    delta = rng.standard_normal((indices.size, heads)).astype(dtype)
+    u = rng.standard_normal((indices.size, dims)).astype(dtype)
+    weT = rng.standard_normal((heads, dims, channels)).astype(dtype)
+    targets = np.repeat(np.arange(n), np.diff(indptr))
+    u[0] = 0
+    xr[targets[0]] = -xl[indices[0]]  # edge 0: z exactly 0, the slope side
+    z = np.empty((indices.size, heads, channels), dtype)
+    zb = np.empty((1, heads, channels), dtype)
+    for e in range(indices.size):
+        edge_z(zb, xr, targets[e], xl, indices[e], u, weT, e)
+        z[e] = zb[0]
+    assert (z[0] == 0).all()
+    signs = (z > 0).astype(np.uint8)
+    slope, leaky = dtype(0.2), ACTIVATIONS["leaky_relu"]
+    formed = np.full((n, heads, channels), np.nan, dtype)
+    gatv2_backward_source_edge_rows(
+        0, n, src_indptr, src_edges, src_targets, xl, xr, att, slope, leaky, 16, u, weT, edge_scale, alpha, delta,
+        grad, formed,
+    )  # fmt: skip
+    read = np.full((n, heads, channels), np.nan, dtype)
+    gatv2_backward_source_sign_rows(
+        0, n, src_indptr, src_edges, src_targets, att, slope, 16, signs, edge_scale, alpha, delta, grad, read
+    )
+    assert not np.isnan(read).any()
+    assert read.tobytes() == formed.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

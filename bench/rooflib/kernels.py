@@ -153,6 +153,8 @@ def k_target(d, s=None):
     writes = {"upstream": edge, "delta": edge, "p_term": d.n * row, "att_part": d.att_blocks * row}
     if D:
         writes.update(grad_u=d.nnz * D * d.f, we_part=d.att_blocks * row * D)
+    if d.source_signs:
+        writes["signs"] = ehc  # one byte per edge and channel
     model = Model(
         reads={"indptr": (d.n + 1) * d.i, "indices": d.nnz * d.i, "xr": d.n * row, "grad": d.n * row,
                "alpha": edge, "att": row, **_edge_reads(d)},
@@ -173,20 +175,21 @@ def k_source(d, s=None):
     row = d.hc * d.f
     erow = d.heads * d.f
     D = d.edge_dim
-    gathers = [Gather("xr", d.nnz, row, d.n * row), Gather("grad", d.nnz, row, d.n * row),
+    gathers = [Gather("grad", d.nnz, row, d.n * row),
                Gather("alpha", d.nnz, erow, d.nnz * erow), Gather("delta", d.nnz, erow, d.nnz * erow)]
-    reads = {"src_indptr": (d.ns + 1) * d.i, "src_edges": d.nnz * d.i, "src_targets": d.nnz * d.i,
-             "xl": d.ns * row, "att": row}
-    if D:
-        gathers.append(Gather("u", d.nnz, D * d.f, d.nnz * D * d.f))
-        reads["weT"] = d.hc * D * d.f
-    model = Model(
-        reads=reads,
-        writes={"q_term": d.ns * row},
-        gathers=gathers,
-        # per edge and channel: z add (+ D mul + add), δ·a mul, ·s mul, α·g mul, add, accumulate
-        flops=(6 + 2 * D) * d.nnz * d.hc,
-    )
+    reads = {"src_indptr": (d.ns + 1) * d.i, "src_edges": d.nnz * d.i, "src_targets": d.nnz * d.i, "att": row}
+    # per edge and channel: δ·a mul, ·s mul, α·g mul, add, accumulate; forming z: add (+ D mul + add)
+    flops = 5 * d.nnz * d.hc
+    if d.source_signs:  # z > 0 read per edge (the target pass wrote it) instead of forming z
+        gathers.append(Gather("signs", d.nnz, d.hc, d.nnz * d.hc))
+    else:
+        gathers.insert(0, Gather("xr", d.nnz, row, d.n * row))
+        reads["xl"] = d.ns * row
+        flops += (1 + 2 * D) * d.nnz * d.hc
+        if D:
+            gathers.append(Gather("u", d.nnz, D * d.f, d.nnz * D * d.f))
+            reads["weT"] = d.hc * D * d.f
+    model = Model(reads=reads, writes={"q_term": d.ns * row}, gathers=gathers, flops=flops)
 
     def run():
         s.run_source()

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gatfast.kernels import num_att_blocks
+from gatfast.kernels import LEAKY_RELU, num_att_blocks
+from gatfast.kernels.prefetch import source_pass_ahead
+from gatfast.layers.passes import uses_source_signs
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Dims:
     bipartite: bool = False  # (x_src, x_dst) as two arrays: two projections and two input gradients
     n_src: int = 0  # source nodes (0: as many as targets)
     in_dst: int = 0  # F_dst (0: in_features)
+    source_signs: bool = False  # the target pass writes z > 0 per edge and channel, the source pass reads it
 
     @property
     def hc(self):
@@ -93,19 +96,38 @@ class Dims:
         return num_att_blocks(self.n)
 
     @classmethod
-    def from_graph(cls, graph, x, heads, channels, theta_r="linear", dtype=np.float32, edge_dim=0, x_dst=None):
+    def from_graph(
+        cls, graph, x, heads, channels, theta_r="linear", dtype=np.float32, edge_dim=0, x_dst=None
+    ):
         import scipy.sparse as sp
 
         deg = np.diff(graph.indptr).astype(np.int64)
         sparse = sp.issparse(x)
         if sparse and x_dst is not None:
             raise ValueError("sparse bipartite input is not modelled")
+        f = np.dtype(dtype).itemsize
+        edge_dim = int(edge_dim or 0)
+        row = heads * channels * f
+        # layers/passes.py's choice (LeakyReLU, no dropout): the source pass's gathered bytes and span
+        gathered = 2 * graph.num_dst * row + graph.nnz * (2 * heads + edge_dim) * f
+        ahead = source_pass_ahead(gathered, lambda: graph.mean_edge_span() * row)
         return cls(
-            n=int(graph.num_dst), nnz=int(graph.nnz), heads=int(heads), channels=int(channels),
-            in_features=int(x.shape[1]), f=np.dtype(dtype).itemsize, i=graph.indices.itemsize,
-            theta_r=theta_r, pairs=int((deg * (deg - 1) // 2).sum()), x_sparse=sparse,
-            x_nnz=int(x.nnz) if sparse else 0, xi=x.indices.itemsize if sparse else 4,
-            edge_dim=int(edge_dim or 0), bipartite=x_dst is not None, n_src=int(graph.num_src),
+            source_signs=bool(edge_dim) and uses_source_signs(LEAKY_RELU, ahead),
+            n=int(graph.num_dst),
+            nnz=int(graph.nnz),
+            heads=int(heads),
+            channels=int(channels),
+            in_features=int(x.shape[1]),
+            f=np.dtype(dtype).itemsize,
+            i=graph.indices.itemsize,
+            theta_r=theta_r,
+            pairs=int((deg * (deg - 1) // 2).sum()),
+            x_sparse=sparse,
+            x_nnz=int(x.nnz) if sparse else 0,
+            xi=x.indices.itemsize if sparse else 4,
+            edge_dim=int(edge_dim or 0),
+            bipartite=x_dst is not None,
+            n_src=int(graph.num_src),
             in_dst=int(x_dst.shape[1]) if x_dst is not None else int(x.shape[1]),
         )
 
@@ -114,8 +136,9 @@ class Dims:
         """The dims of a single-layer workload of ``bench/workloads.py`` (concatenated heads)."""
         if w.kind != "layer" or not w.concat:
             raise ValueError(f"workload {w.name!r}: only single layers with concat=True are modelled")
-        return cls.from_graph(w.graph, w.x, w.heads, w.out_features, w.theta_r, edge_dim=w.edge_dim,
-                              x_dst=w.x_dst)
+        return cls.from_graph(
+            w.graph, w.x, w.heads, w.out_features, w.theta_r, edge_dim=w.edge_dim, x_dst=w.x_dst
+        )
 
 
 def step_footprint(kernels):
@@ -180,8 +203,16 @@ def bound(model, rates, in_cache=False, ideal_cache=False):
         by = "compute"
     else:
         by = "gather" if gather_s > stream_s else "stream"
-    return {"stream_s": stream_s, "gather_s": gather_s, "compute_s": compute_s, "bound_s": bound_s, "by": by,
-            "read_bytes": read_b, "write_bytes": write_b, "gather_rows": gather_rows, "gathered_tables": tables,
-            "resident_fraction": resident, "flops": float(model.flops)}
-
-
+    return {
+        "stream_s": stream_s,
+        "gather_s": gather_s,
+        "compute_s": compute_s,
+        "bound_s": bound_s,
+        "by": by,
+        "read_bytes": read_b,
+        "write_bytes": write_b,
+        "gather_rows": gather_rows,
+        "gathered_tables": tables,
+        "resident_fraction": resident,
+        "flops": float(model.flops),
+    }

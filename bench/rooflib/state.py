@@ -9,14 +9,16 @@ from gatfast.kernels import (
     ACTIVATIONS,
     gatv2_backward_source_edge_rows,
     gatv2_backward_source_rows,
+    gatv2_backward_source_sign_rows,
     gatv2_backward_target_blocks,
     gatv2_backward_target_edge_blocks,
     gatv2_forward_edge_rows,
     gatv2_forward_rows,
     gatv2_pairwise_theta_r_rows,
     num_att_blocks,
+    readonly,
 )
-from gatfast.layers.passes import source_prefetch_distance
+from gatfast.layers.passes import source_prefetch_distance, uses_source_signs
 
 
 def edge_weights(layer, params):
@@ -81,6 +83,8 @@ class State:
         self.grad_out = runner.grad
         self.g_heads = runner.grad.reshape(n_dst, H, C)
         self.ahead = source_prefetch_distance(g, self.xr, self.g_heads, self.alpha, self.edge_scale, self.u)
+        signs = self.edge_features and uses_source_signs(self.kind, self.ahead)
+        self.signs = np.empty((g.nnz, H, C), np.uint8) if signs else None
         nnz = g.nnz
         blocks = num_att_blocks(n_dst)
         self.upstream = np.empty((nnz, H), self.dtype)
@@ -120,7 +124,7 @@ class State:
         blocks = self.att_part.shape[0]
         if self.edge_features:
             self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.u, self.weT, *common, self.we_part,
-                       self.grad_u)
+                       self.grad_u, self.signs)
         else:
             self._rows(gatv2_backward_target_blocks, blocks, *head, *common)
         if self.pairwise:
@@ -133,7 +137,10 @@ class State:
                 self.ahead)
         tail = (self.edge_scale, self.alpha, self.delta, self.g_heads, self.q_term)
         n_src = len(self.src_indptr) - 1
-        if self.edge_features:
+        if self.signs is not None:
+            self._rows(gatv2_backward_source_sign_rows, n_src, self.src_indptr, self.src_edges, self.src_targets,
+                       self.att, self.slope, self.ahead, readonly(self.signs), *tail)
+        elif self.edge_features:
             self._rows(gatv2_backward_source_edge_rows, n_src, *head, self.u, self.weT, *tail)
         else:
             self._rows(gatv2_backward_source_rows, n_src, *head, *tail)

@@ -12,7 +12,11 @@ import numpy as np
 
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
 from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
-from .backward_edge import gatv2_backward_source_edge_rows, gatv2_backward_target_edge_blocks
+from .backward_edge import (
+    gatv2_backward_source_edge_rows,
+    gatv2_backward_source_sign_rows,
+    gatv2_backward_target_edge_blocks,
+)
 from .edge_fill import FILL_CONST, FILL_MODES, fill_loop_attr, fill_loop_attr_backward
 from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
@@ -32,6 +36,7 @@ __all__ = [
     "fill_loop_attr",
     "fill_loop_attr_backward",
     "gatv2_backward_source_edge_rows",
+    "gatv2_backward_source_sign_rows",
     "gatv2_backward_source_rows",
     "gatv2_backward_target_blocks",
     "gatv2_backward_target_edge_blocks",

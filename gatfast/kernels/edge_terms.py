@@ -19,11 +19,13 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .ir_parts import all_contiguous, arrays_ok, element_pointer, leaky_setup, store_vector, vector_groups
-from .simd import load_vector, row_pointer, splat
+from .simd import LANES, load_vector, row_pointer, splat
 
 
 @intrinsic
-def target_edge_terms(typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl, xr, att, u, weT, dl, slope):
+def target_edge_terms(
+    typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl, xr, att, u, weT, dl, slope, signs
+):
     """Edge ``e = (j -> i)``, head ``h`` of the target pass with edge features (LeakyReLU), whole vectors.
 
     For each channel ``c`` in whole vectors, with ``z`` the pre-activation
@@ -32,24 +34,31 @@ def target_edge_terms(typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl
     slope``, ``p_out[i, h, c] += dl s`` and ``we_part[b, h, d, c] += qb[0,
     h, c] u[e, d]`` for every ``d``: the per-channel operations of
     ``backward_edge.py``'s loops, without their scratch rows for ``z`` and
-    ``s``. Returns the first channel not done (0 for arrays that are not
-    C-contiguous).
+    ``s``; and, unless ``signs`` is None, ``signs[e, h, c] = z > 0`` (one
+    byte per channel, for the source pass). Returns the first channel not
+    done (0 for arrays that are not C-contiguous).
     """
-    if not arrays_ok((p_out, att_part, we_part, qb, xl, xr, att, u, weT), (3, 3, 4, 3, 3, 3, 2, 2, 3)):
+    has_signs = not isinstance(signs, types.NoneType)
+    if has_signs and not (isinstance(signs, types.Array) and signs.dtype == types.uint8 and signs.ndim == 3):
+        return None
+    arrays = (p_out, att_part, we_part, qb, xl, xr, att, u, weT)
+    if not arrays_ok(arrays, (3, 3, 4, 3, 3, 3, 2, 2, 3)):
         return None
     index = types.intp
     sig = types.intp(
         p_out, att_part, we_part, qb, index, index, index, index, index, xl, xr, att, u, weT, p_out.dtype,
-        p_out.dtype,
+        p_out.dtype, signs,
     )  # fmt: skip
-    vectorised = all_contiguous(p_out, att_part, we_part, qb, xl, xr, att, weT)
+    vectorised = all_contiguous(
+        p_out, att_part, we_part, qb, xl, xr, att, weT, *([signs] if has_signs else [])
+    )
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
         if not vectorised:
             return ir.Constant(intp, 0)
         names = ("p_out", "att_part", "we_part", "qb", "b", "i", "h", "e", "j", "xl", "xr", "att", "u", "weT")
-        a, arr, v = leaky_setup(context, builder, signature, args, names + ("dl", "slope"))
+        a, arr, v = leaky_setup(context, builder, signature, args, names + ("dl", "slope", "signs"))
         vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         dl = splat(builder, a["dl"], vec_ty)
         h, e, b = a["h"], a["e"], a["b"]
@@ -62,6 +71,9 @@ def target_edge_terms(typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl
             "l": row_pointer(builder, arr["xl"], a["j"], h),
             "att": element_pointer(builder, arr["att"], [h, zero]),
         }
+        if has_signs:
+            rows["signs"] = row_pointer(builder, arr["signs"], e, h)
+            bytes_ty = ir.VectorType(ir.IntType(8), LANES)
         channels = builder.extract_value(arr["p_out"].shape, 2)
         dims = builder.extract_value(arr["u"].shape, 1)
 
@@ -78,6 +90,8 @@ def target_edge_terms(typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl
                 builder.store(builder.fadd(builder.load(z), builder.fmul(w, ud)), z)
             zv = builder.load(z)
             positive = builder.fcmp_ordered(">", zv, zero_v)
+            if has_signs:
+                store_vector(builder, rows["signs"], off, builder.zext(positive, bytes_ty))
             act = builder.select(positive, zv, builder.fmul(slope_v, zv))
             part = load_vector(builder, rows["part"], off, vec_ty)
             store_vector(builder, rows["part"], off, builder.fadd(part, builder.fmul(dl, act)))

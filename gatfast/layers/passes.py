@@ -16,9 +16,11 @@ from .. import _runtime
 from .._random import RandomKeys
 from ..kernels import (
     ACTIVATIONS,
+    LEAKY_RELU,
     column_sum,
     gatv2_backward_source_edge_rows,
     gatv2_backward_source_rows,
+    gatv2_backward_source_sign_rows,
     gatv2_backward_target_blocks,
     gatv2_backward_target_edge_blocks,
     gatv2_forward_edge_rows,
@@ -40,6 +42,7 @@ __all__ = [
     "attention_forward",
     "kernel_constants",
     "source_prefetch_distance",
+    "uses_source_signs",
 ]
 
 
@@ -126,6 +129,18 @@ def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
     return source_pass_ahead(gathered, lambda: g.mean_edge_span() * row_bytes)
 
 
+def uses_source_signs(kind, ahead):
+    """Whether a LeakyReLU layer with edge features has its target pass write each edge's ``z > 0``
+    (E x H x C bytes) for the source pass to read, instead of forming ``z`` again there.
+
+    On big graphs only (the source pass prefetches, ``ahead`` not None): on
+    ``large-edge`` the source pass took 0.65x the time with them
+    (``bench/source_order.py``, one thread, AMD EPYC); without edge features
+    forming ``z`` costs two row reads, and the bytes were slower (1.07-1.37x).
+    """
+    return ahead is not None and kind == LEAKY_RELU
+
+
 def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     """Every gradient of the layer (see ``GATv2Layer.backward``)."""
     g = cache.graph
@@ -166,10 +181,17 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     else:
         we_part = ws.empty("we_part", (blocks, H, dims, C), dtype)  # every block zeroes its own
         grad_u = ws.empty("grad_u", (g.nnz, dims), dtype)
+        signs = ws.empty("signs", (g.nnz, H, C), np.uint8) if uses_source_signs(kind, ahead) else None
         _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + (
-            u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u), work)
-        _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
-            u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+            u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u,
+            signs), work)
+        if signs is None:
+            _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
+                u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+        else:
+            _runtime.run_rows(gatv2_backward_source_sign_rows, n_src, (
+                src_indptr, src_edges, ws.source_targets(g), params["att"], slope, ahead, readonly(signs),
+                cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     if pairwise:  # the paper's form replaces the O(N) P_i the target pass wrote
         _runtime.run_rows(gatv2_pairwise_theta_r_rows, n_dst, head + (u, weT, cache.alpha, upstream, p_term), work)
     grads["att"] = column_sum(att_part.reshape(blocks, H * C)).reshape(H, C)
