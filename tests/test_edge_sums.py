@@ -164,13 +164,18 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
     from gatfast.kernels import gatv2_backward_target_edge_blocks
 
     n = 40
-    indptr, indices, *_ = _graph(channels * 10 + heads, n)
+    indptr, indices, src_indptr, src_edges, src_targets = _graph(channels * 10 + heads, n)
     xl, xr, grad, att, alpha, edge_scale = _inputs(
         channels + 3, n, indices.size, heads, channels, dtype, True
     )
     rng = np.random.default_rng(channels + dims)
     u = rng.standard_normal((indices.size, dims)).astype(dtype)
     weT = rng.standard_normal((heads, dims, channels)).astype(dtype)
+    targets = np.repeat(np.arange(n), np.diff(indptr))
+    exact = np.flatnonzero(targets % 5 == 1)  # these edges get z = -0 + -0 (+ 0 w): exactly zero
+    u[exact] = 0
+    xr[targets[exact]] = -0.0
+    xl[indices[exact]] = -0.0
     blocks = num_att_blocks(n, 16)
     results = []
     for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
@@ -192,7 +197,7 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
         assert not np.isnan(fast).any(), name
         assert fast.tobytes() == plain.tobytes(), name
     # the signs are z > 0 of edge.edge_z's z, formed here in NumPy with the same operations in order
-    targets = np.repeat(np.arange(n), np.diff(indptr))
+    assert exact.size and not results[0][-1][exact].any()  # z exactly 0 is the slope side
     z = xr[targets] + xl[indices]
     for d in range(dims):
         z = z + weT[None, :, d, :] * u[:, d, None, None]
@@ -207,6 +212,56 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
     )  # fmt: skip
     for name, value, fast in zip(names, (upstream, delta, *outputs), results[0]):
         assert value.tobytes() == fast.tobytes(), name
+    # the source pass reading the kernel's signs gives the bits of the one forming z
+    from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_backward_source_sign_rows
+
+    slope, leaky = dtype(0.2), ACTIVATIONS["leaky_relu"]
+    formed, read = np.empty((n, heads, channels), dtype), np.empty((n, heads, channels), dtype)
+    gatv2_backward_source_edge_rows(
+        0, n, src_indptr, src_edges, src_targets, xl, xr, att, slope, leaky, 16, u, weT, edge_scale, alpha, delta,
+        grad, formed,
+    )  # fmt: skip
+    gatv2_backward_source_sign_rows(
+        0,
+        n,
+        src_indptr,
+        src_edges,
+        src_targets,
+        att,
+        slope,
+        16,
+        results[0][-1],
+        edge_scale,
+        alpha,
+        delta,
+        grad,
+        read,
+    )
+    assert read.tobytes() == formed.tobytes()
+
+
+def test_the_target_pass_refuses_signs_it_would_not_write_whole():
+    from gatfast.kernels import gatv2_backward_target_edge_blocks
+
+    n, heads, channels, dims, dtype = 12, 2, 9, 3, np.float32
+    indptr, indices, *_ = _graph(5, n)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(6, n, indices.size, heads, channels, dtype, False)
+    u = np.ones((indices.size, dims), dtype)
+    weT = np.ones((heads, dims, channels), dtype)
+    blocks = num_att_blocks(n, 16)
+
+    def run(kind, signs):
+        gatv2_backward_target_edge_blocks(
+            0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS[kind], u, weT, edge_scale, alpha, grad,
+            np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype),
+            np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
+            np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype), signs,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="shape"):
+        run("leaky_relu", np.empty((indices.size, heads, channels - 1), np.uint8))
+    with pytest.raises(ValueError, match="LeakyReLU"):
+        run("softplus", np.empty((indices.size, heads, channels), np.uint8))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -59,6 +59,11 @@ def gatv2_backward_target_edge_blocks(
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
+    if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
+        if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
+            raise ValueError("signs must have shape (edges, heads, channels)")
+        if not leaky:
+            raise ValueError("signs are written for the LeakyReLU attention only")
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     qb = np.empty((1, heads, channels), dtype=xl.dtype)
     sb = np.empty((1, heads, channels), dtype=xl.dtype)
