@@ -401,6 +401,18 @@ def test_the_program_runs_exit_handlers_and_flushes_before_its_quick_exit(tmp_pa
     assert proc.returncode == 2 and "--epochs" in proc.stderr and "exit handler ran" in proc.stdout
 
 
+def test_a_reader_that_leaves_early_stops_the_command_quietly(tmp_path):
+    # gatfast train | head -1: no error line, no traceback, the status of a SIGPIPE death (as git)
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "gatfast", "train", "--epochs", "300", "--log-every", "1"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, err
+    assert first.startswith(b"dataset karate") and "Broken pipe" not in err and "Traceback" not in err
+
+
 def test_generator_flags_shape_the_dataset_and_evaluate_makes_it_again(tmp_path, capsys):
     save, metrics = tmp_path / "m.npz", tmp_path / "m.json"
     status, out, _ = run(["train", "--dataset", "csbm", "--nodes", 300, "--avg-degree", 6, "--features", 7,

@@ -35,7 +35,8 @@ def main(argv=None):
     int
         The exit status: 0 on success, 1 when ``gradcheck`` finds an error above
         its tolerance, 2 on an error (reported on one line of stderr), 128 + the
-        signal number when a signal stopped the command.
+        signal number when a signal stopped the command (141, SIGPIPE's, quietly,
+        when the reader of its output left: ``gatfast train | head``).
     """
     from .._precompile import let_go_waiting_helper, prestart_helper
 
@@ -65,6 +66,9 @@ def _run_command(argv):
     }
     try:
         return handlers[args.command](args)
+    except BrokenPipeError:  # the reader of the output left (gatfast train | head): stop quietly, as git does
+        _discard_stdout()
+        return 128 + getattr(signal, "SIGPIPE", 13)
     except (CLIError, ValueError, TypeError, OSError, ImportError, TrainingDiverged, WorkersLost) as exc:
         message = " ".join(str(exc).split("\n"))  # always one line
         print(f"gatfast {args.command}: error: {message}", file=sys.stderr)
@@ -79,6 +83,16 @@ def _run_command(argv):
             file=sys.stderr,
         )
         return exit_status(signum)
+
+
+def _discard_stdout():
+    """Point stdout at the null device, so that flushing what is left at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (captured output): nothing to redirect
+        pass
 
 
 def run():
