@@ -49,47 +49,18 @@ _SUBPACKAGES = ("data", "diagnostics", "estimators", "models")  # also in __all_
 # import it)
 _MODULES = ("cli", "graph", "kernels", "layers", "optim", "sampling", "training")
 
-__all__ = [  # the names of _HOMES and _SUBPACKAGES (tests/test_house.py checks)
-    "__version__",
-    "Adam",
-    "AdamW",
-    "batch_graphs",
-    "clip_grad_norm",
-    "CSRGraph",
-    "data",
-    "diagnostics",
-    "estimators",
-    "evaluate",
-    "fit",
-    "GATv2Classifier",
-    "GATv2GraphClassifier",
-    "GATv2Layer",
-    "GATv2Network",
-    "GraphIds",
-    "LayerCache",
-    "load_checkpoint",
-    "models",
-    "NonFiniteError",
-    "RandomKeys",
-    "save_checkpoint",
-    "SGD",
-    "train",
-    "TrainConfig",
-    "TrainingDiverged",
-    "TrainResult",
-    "WorkersLost",
-]
+__all__ = sorted([*_HOMES, *_SUBPACKAGES, "__version__"], key=str.lower)
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
-    from . import data, diagnostics, estimators, models
-    from ._random import GraphIds, RandomKeys
-    from ._validate import NonFiniteError
-    from .estimators import GATv2Classifier, GATv2GraphClassifier
-    from .graph import CSRGraph, batch_graphs
-    from .layers import GATv2Layer, LayerCache
-    from .models import GATv2Network
-    from .optim import SGD, Adam, AdamW, clip_grad_norm
-    from .training import (
+    from . import data, diagnostics, estimators, models  # noqa: F401
+    from ._random import GraphIds, RandomKeys  # noqa: F401
+    from ._validate import NonFiniteError  # noqa: F401
+    from .estimators import GATv2Classifier, GATv2GraphClassifier  # noqa: F401
+    from .graph import CSRGraph, batch_graphs  # noqa: F401
+    from .layers import GATv2Layer, LayerCache  # noqa: F401
+    from .models import GATv2Network  # noqa: F401
+    from .optim import SGD, Adam, AdamW, clip_grad_norm  # noqa: F401
+    from .training import (  # noqa: F401
         TrainConfig,
         TrainingDiverged,
         TrainResult,

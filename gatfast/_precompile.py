@@ -211,13 +211,14 @@ def compile_backwards(entries, parent=None, stop_at_cached=True, report=lambda e
         if parent is not None and os.getppid() != parent:
             break
         hits = sum(dispatcher.stats.cache_hits.values())
-        report("start", kernel_name(dispatcher))
+        name = kernel_name(dispatcher)
+        report("start", name)
         try:
             dispatcher.compile(args)
         except Exception:  # an entry this code no longer compiles: the list only helps, skip it
-            report("done", kernel_name(dispatcher))
             continue
-        report("done", kernel_name(dispatcher))
+        finally:
+            report("done", name)
         if sum(dispatcher.stats.cache_hits.values()) > hits:
             if stop_at_cached:
                 break

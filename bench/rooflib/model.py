@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gatfast.kernels import LEAKY_RELU, num_att_blocks
-from gatfast.kernels.prefetch import source_pass_ahead
-from gatfast.layers.passes import uses_source_signs
+from gatfast.layers.passes import source_prefetch_distance, uses_source_signs
 
 
 @dataclass(frozen=True)
@@ -105,12 +104,16 @@ class Dims:
         sparse = sp.issparse(x)
         if sparse and x_dst is not None:
             raise ValueError("sparse bipartite input is not modelled")
-        f = np.dtype(dtype).itemsize
         edge_dim = int(edge_dim or 0)
-        row = heads * channels * f
-        # layers/passes.py's choice (LeakyReLU, no dropout): the source pass's gathered bytes and span
-        gathered = 2 * graph.num_dst * row + graph.nnz * (2 * heads + edge_dim) * f
-        ahead = source_pass_ahead(gathered, lambda: graph.mean_edge_span() * row)
+
+        def sized(*shape):  # an array of this shape in size only: the choice reads sizes, never values
+            return np.broadcast_to(np.zeros((), dtype), shape)
+
+        # layers/passes.py's choice (LeakyReLU, no dropout), from the sizes of what the source pass gathers
+        rows = sized(graph.num_dst, heads, channels)
+        ahead = source_prefetch_distance(
+            graph, rows, rows, sized(graph.nnz, heads), sized(0, heads), sized(graph.nnz, edge_dim)
+        )
         return cls(
             source_signs=bool(edge_dim) and uses_source_signs(LEAKY_RELU, ahead),
             n=int(graph.num_dst),
