@@ -103,9 +103,12 @@ def run_rows(kernel, count, args, work):
     gets several chunks per thread, not one: a helper that wakes late then
     still takes its share, where one chunk each made the caller wait for it.
     """
+    if work < PARALLEL_WORK:  # before asking Numba its thread count: that takes microseconds
+        kernel(0, count, *args)
+        return
     workers = _workers_for(work)
     pieces = min(count, workers * CHUNKS_PER_THREAD, work // max(SERIAL_WORK, 1))
-    if workers <= 1 or pieces <= 1 or work < PARALLEL_WORK:
+    if workers <= 1 or pieces <= 1:
         kernel(0, count, *args)
         return
     size = -(-count // pieces)
@@ -251,19 +254,37 @@ def _blas_libraries():
 BLAS_SMALL = 1 << 18
 
 
+_blas_hold = threading.local()  # depth of this thread's nested holds: only the outermost sets and restores
+
+
 class _BlasOneThread:
-    """Every loaded BLAS at one thread for a block; the previous counts restored after."""
+    """Every loaded BLAS at one thread for a block; the previous counts restored after.
+
+    Nested holds on one thread cost nothing: a network holds BLAS once for a
+    whole pass and its layers' own holds inside see the depth (asking each
+    library its count through ctypes took about 7 us a hold).
+    """
 
     __slots__ = ("_saved",)
 
     def __enter__(self):
-        self._saved = [(lib, lib.num_threads) for lib in _blas_libraries()]
-        for lib, count in self._saved:
-            if count != 1:
-                lib.set_num_threads(1)
+        depth = getattr(_blas_hold, "depth", 0)
+        _blas_hold.depth = depth + 1
+        if depth:
+            self._saved = ()
+            return self
+        try:
+            self._saved = [(lib, lib.num_threads) for lib in _blas_libraries()]
+            for lib, count in self._saved:
+                if count != 1:
+                    lib.set_num_threads(1)
+        except BaseException:
+            _blas_hold.depth = depth
+            raise
         return self
 
     def __exit__(self, *exc):
+        _blas_hold.depth -= 1
         for lib, count in self._saved:
             if count != 1:
                 lib.set_num_threads(count)

@@ -249,6 +249,17 @@ def test_mse_gradient_and_torch():
         loss, grad = mse_loss(pred, target, mask)
         num = numeric_grad(lambda m=mask: mse_loss(pred, target, m)[0], pred)
         np.testing.assert_allclose(grad, num, rtol=1e-7, atol=1e-10)
+    for dtype in (np.float32, np.float64):  # no mask: the same bits as a mask that selects everything
+        p, t = (pred * 1e3).astype(dtype), target.astype(dtype)
+        p[0, 0] = -0.0
+        t[0, 0] = 0.0
+        for reduction in ("mean", "sum"):
+            loss, grad = mse_loss(p, t, reduction=reduction)
+            want_loss, want_grad = mse_loss(p, t, np.ones(p.shape, bool), reduction=reduction)
+            assert loss == want_loss and grad.dtype == want_grad.dtype == dtype
+            assert grad.tobytes() == want_grad.tobytes()
+    with pytest.raises(ValueError, match="at least one element"):
+        mse_loss(np.zeros((0, 3)), np.zeros((0, 3)))
     torch = pytest.importorskip("torch")
     loss, _ = mse_loss(pred, target, rows)
     ref = torch.nn.functional.mse_loss(torch.tensor(pred[rows]), torch.tensor(target[rows]))

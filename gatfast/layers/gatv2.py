@@ -328,7 +328,8 @@ class GATv2Layer:
         elif self.root_weight == "theta_n":
             per_head += linear(x_dst, params["W_n"], params.get("b_n")).reshape(n, H, C)
         # per_head belongs to this call: finish the output in place
-        out = per_head.reshape(n, H * C) if self.concat else per_head.mean(axis=1)
+        # the mean of one head is that head, bit for bit (sum of one value, divided by 1)
+        out = per_head.reshape(n, H * C) if self.concat or H == 1 else per_head.mean(axis=1)
         if self.residual:
             out += linear(x_dst, params["W_res"], None)
         if not add_bias_finite(out, params["bias"] if self.bias else None):

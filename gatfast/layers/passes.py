@@ -150,7 +150,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     u = cache.inputs.u
     dims = u.shape[1]
     grads = {}
-    if layer.concat:
+    if layer.concat or H == 1:  # dividing by one head would change no bit
         g_heads = grad_out.reshape(n_dst, H, C)
     else:
         g_heads = ws.empty("g_heads", (n_dst, H, C), dtype)

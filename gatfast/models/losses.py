@@ -106,17 +106,18 @@ def mse_loss(pred, target, mask=None, reduction="mean"):
         raise ValueError("pred must have at least one dimension (rows)")
     V.same_shape(target, "target", pred.shape, "pred")
     diff = pred - target.astype(pred.dtype, copy=False)
-    if mask is None:
-        sel = np.ones(pred.shape, dtype=bool)
+    if mask is None:  # everything selected: no selection pass (the same bits)
+        sel, count = None, pred.size
     elif np.asarray(mask).dtype == bool and np.asarray(mask).shape == pred.shape:
         sel = np.asarray(mask)
     else:
         rows = V.row_mask(mask, pred.shape[0])
         sel = np.broadcast_to(rows.reshape((-1,) + (1,) * (pred.ndim - 1)), pred.shape)
-    count = int(sel.sum())
+    if sel is not None:
+        count = int(sel.sum())
+        diff = np.where(sel, diff, pred.dtype.type(0))
     if count == 0:
         raise ValueError("mask must select at least one element, got none")
-    diff = np.where(sel, diff, pred.dtype.type(0))
     total = np.sum(diff * diff)
     if reduction == "sum":
         return float(total), diff * pred.dtype.type(2.0)
