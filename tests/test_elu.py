@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from gatfast.kernels.elu import elu_backward_rows_f32, elu_rows_f32
-from gatfast.models.activations import activation_backward, activation_forward
+from gatfast.models.activations import (
+    activation_backward,
+    activation_forward,
+    activation_forward_slope,
+    multiply_slope,
+)
 
 # every negative float32 from -0 down to -inf, as bit patterns
 NEGATIVE_BITS = (0x80000000, 0xFF800001)
@@ -33,6 +38,15 @@ def _check_range(start, stop, step):
     bad_slope = np.flatnonzero(slope.view(np.int32) != want_slope.view(np.int32))
     assert bad_y.size == 0, f"expm1 differs at {x[0, bad_y[:5]]}: {y[0, bad_y[:5]]} != {want_y[0, bad_y[:5]]}"
     assert bad_slope.size == 0, f"exp differs at {x[0, bad_slope[:5]]}"
+    _check_slope_pass(x, y, slope)
+
+
+def _check_slope_pass(x, y, gx, grad=None):
+    """The training forward's one pass (ELU and its derivative) against the two kernels: the same bits."""
+    grad = np.ones_like(x) if grad is None else grad
+    y2, slope = activation_forward_slope("elu", x)
+    np.testing.assert_array_equal(y2.view(np.int32), y.view(np.int32))
+    np.testing.assert_array_equal(multiply_slope(slope, grad).view(np.int32), gx.view(np.int32))
 
 
 def test_float32_elu_is_correctly_rounded_on_a_sweep_of_negative_floats():
@@ -62,6 +76,26 @@ def test_float32_elu_special_values():
         slopes = np.exp(x[0, 5:].astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(g[0, 1:5], [0.0, 2.0, 2.0, 2.0])
     np.testing.assert_array_equal(g[0, 5:], 2 * np.where(x[0, 5:] > 0, 1, slopes))
+    both = np.concatenate([x, x[:, ::-1]])  # every special value under each upstream value below
+    grads = np.array(
+        [[2.0, -0.0, np.inf, -3.5, 0.0, 1e-40, 7.0, -np.inf, 1.0, np.nan, 5.0, -2.0]] * 2, np.float32
+    )
+    y2 = activation_forward("elu", both, check_finite=False)
+    _check_slope_pass(both, y2, activation_backward("elu", both, y2, grads, check_finite=False), grads)
+
+
+def test_slope_pass_on_positive_values_and_other_dtypes():
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(33, 17)) * 4).astype(np.float32)  # a vector body and a tail per row
+    g = rng.normal(size=x.shape).astype(np.float32)
+    y = activation_forward("elu", x)
+    _check_slope_pass(x, y, activation_backward("elu", x, y, g), g)
+    for name, arr in (("elu", x.astype(np.float64)), ("relu", x)):
+        out, slope = activation_forward_slope(name, arr)  # no slope: the backward evaluates as before
+        assert slope is None
+        np.testing.assert_array_equal(out, activation_forward(name, arr))
+    assert multiply_slope(y, g.astype(np.float64)) is None  # another dtype: activation_backward's case
+    assert multiply_slope(y, g[:, :5]) is None
 
 
 @pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4), (0, 4), (2, 0, 3), ()])

@@ -449,3 +449,31 @@ def test_x_finite_skips_only_the_nan_pass_and_never_a_cast_check():
     big = np.full((4, 3), 1e300)  # finite in float64, inf once cast to the model's float32
     with pytest.raises(ValueError):
         stack_forward(model, g, big, None, False, np.random.default_rng(0), None, x_finite=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("nodes", [16, 3000])  # the fast small path and the general one
+@pytest.mark.parametrize("readout", [None, "mean"])
+def test_training_backward_through_the_activations_gives_the_evaluation_bits(dtype, nodes, readout):
+    """A training forward keeps ELU's derivative from its one evaluation of exp (float32): the backward then
+    multiplies by it. Without dropout that is the same function as the evaluation-mode forward, whose
+    backward evaluates exp again: every gradient must be the same bits."""
+    from gatfast.data import make_csbm
+
+    ds = make_csbm(num_nodes=nodes, num_features=9, avg_degree=3, seed=1)
+    x = (ds.x * 3).astype(dtype)  # many negative pre-activations
+    net = GATv2Network(9, 17, 3, num_layers=3, heads=2, out_heads=1, seed=0, dtype=dtype, readout=readout,
+                       dropout=0.0, attention_dropout=0.0)
+    ptr = None if readout is None else np.array([0, nodes // 2, nodes])
+    out_t, cache_t = net.forward(ds.graph, x, training=True, graph_ptr=ptr)
+    out_e, cache_e = net.forward(ds.graph, x, training=False, graph_ptr=ptr)
+    assert np.array_equal(out_t, out_e)
+    slopes = [s is not None for s in cache_t.slopes]
+    activations = 3 if readout else 2  # the last layer too when a readout follows
+    assert slopes == [dtype == np.float32] * activations and cache_e.slopes == [None] * activations
+    grad = np.random.default_rng(1).normal(size=out_t.shape).astype(dtype)
+    want = net.backward(cache_e, grad)
+    got = net.backward(cache_t, grad)
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k].view(np.uint8).tobytes() == want[k].view(np.uint8).tobytes(), k

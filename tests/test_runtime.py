@@ -216,6 +216,44 @@ def test_blas_threads_are_restored_after_a_layer_call():
     assert inside and all(counts == [1] * len(counts) for counts in inside)
 
 
+def test_a_network_holds_blas_once_and_restores_it_even_after_an_error():
+    """The network's pass holds BLAS at one thread; its layers' holds inside set nothing, and the
+    outermost exit restores the caller's count, also when the pass raises."""
+    from gatfast.models import GATv2Network
+
+    blas = ThreadpoolController().select(user_api="blas")
+    if not blas.lib_controllers:
+        pytest.skip("no BLAS library found by threadpoolctl")
+    rng = np.random.default_rng(0)
+    n = 3000
+    graph = CSRGraph.from_edge_index(rng.integers(0, n, (2, 4 * n)), n)
+    net = GATv2Network(64, 16, 3, num_layers=2, heads=4, seed=0, dropout=0.0, attention_dropout=0.0)
+    x = rng.standard_normal((n, 64)).astype(np.float32)
+    sets = []
+    for lib in _runtime._blas_libraries():
+        original = lib.set_num_threads
+        lib.set_num_threads = lambda count, original=original: (sets.append(count), original(count))[1]
+    try:
+        with blas.limit(limits=2):
+            out, cache = net.forward(graph, x, training=True)
+            net.backward(cache, np.ones_like(out))
+            libs = len(blas.lib_controllers)
+            assert sets == ([1] * libs + [2] * libs) * 2  # once a pass, not once a layer
+
+            def fail(*args):
+                raise RuntimeError("inside the pass")
+
+            net.layers[0]._backward_checked = fail
+            with pytest.raises(RuntimeError, match="inside the pass"):
+                net.backward(cache, np.ones_like(out))
+            assert sets[-libs:] == [2] * libs
+            assert [lib.num_threads for lib in blas.lib_controllers] == [2] * len(blas.lib_controllers)
+            assert getattr(_runtime._blas_hold, "depth", 0) == 0
+    finally:
+        for lib in _runtime._blas_libraries():
+            lib.__dict__.pop("set_num_threads", None)
+
+
 def test_compiled_or_cached_tells_a_kernel_that_would_compile(tmp_path, monkeypatch):
     import importlib
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import _runtime
 from .. import _validate as V
-from ..kernels.elu import elu_backward_rows, elu_backward_rows_f32, elu_rows, elu_rows_f32
+from ..kernels.elu import elu_backward_rows, elu_backward_rows_f32, elu_rows, elu_rows_f32, elu_slope_rows_f32
 
 __all__ = ["ACTIVATIONS", "activation_backward", "activation_forward"]
 
@@ -53,6 +53,30 @@ def activation_forward(name, x, check_finite=True):
         return y.reshape(x.shape)
     # min(x, 0) keeps expm1 from overflowing on large positive inputs
     return np.where(x > 0, x, np.expm1(np.minimum(x, x.dtype.type(0))))
+
+
+def activation_forward_slope(name, x):
+    """``(y, slope)``: :func:`activation_forward` of a checked ``x`` and, for float32 ELU, its
+    derivative at ``x`` (else None), from the same evaluation of ``exp``.
+
+    For a training step: :func:`multiply_slope` then gives the gradient with one multiplication,
+    the same bits as :func:`activation_backward` (which evaluates ``exp`` again).
+    """
+    if name != "elu" or not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        return activation_forward(name, x, check_finite=False), None
+    x2 = _as_rows(x)
+    y = np.empty(x2.shape, x.dtype)
+    slope = np.empty(x2.shape, x.dtype)
+    _runtime.run_rows(elu_slope_rows_f32, x2.shape[0], (x2, y, slope), x2.size * _ELU_WORK[x2.dtype])
+    return y.reshape(x.shape), slope.reshape(x.shape)
+
+
+def multiply_slope(slope, grad_y):
+    """``grad_y * slope`` (the gradient through the activation) where ``grad_y`` has the slope's
+    shape and dtype (the kernels' case); None otherwise, for :func:`activation_backward` to handle."""
+    if not isinstance(grad_y, np.ndarray) or grad_y.shape != slope.shape or grad_y.dtype != slope.dtype:
+        return None
+    return np.multiply(grad_y, slope)
 
 
 def _elu_kernel(x, for_float32, for_float64):

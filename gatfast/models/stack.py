@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from .. import _runtime
 from .. import _validate as V
 from .._random import ATTENTION, FEATURES, HEAD, GraphIds, RandomKeys
-from .activations import activation_backward, activation_forward
+from .activations import activation_backward, activation_forward, activation_forward_slope, multiply_slope
 from .dropout import apply_dropout, checked_dropout
 from .pooling import global_pool, global_pool_backward
 
@@ -36,6 +37,9 @@ class NetworkCache:
         input (None when no dropout was drawn; a pair for bipartite input).
     pre, post : list of ndarray
         The values before and after each activation, in layer order.
+    slopes : list of ndarray or None
+        The activation's derivative at each ``pre`` where the forward pass formed it with the
+        activation (float32 ELU in training), else None.
     pool_cache : PoolCache or None
         The readout's pooling cache (None without readout).
     head_mask : ndarray or None
@@ -54,6 +58,7 @@ class NetworkCache:
     masks: list = field(default_factory=list)
     pre: list = field(default_factory=list)
     post: list = field(default_factory=list)
+    slopes: list = field(default_factory=list)
     pool_cache: object = None
     head_mask: np.ndarray = None
     head_cache: object = None
@@ -146,6 +151,7 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, 
     graphs, attrs, shared = resolve_graphs(net, graph, x, edge_attr)
     x = _checked_input(net, graphs[0], x, not x_finite)
     out_rows = graphs[-1].num_dst
+    ptr = None
     if net.readout is not None:
         if graph_ptr is None:
             raise ValueError(f"graph_ptr is required with readout={net.readout!r}")
@@ -158,6 +164,20 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, 
     drop = training and net.dropout > 0.0
     dense = tuple(not sp.issparse(a) for a in x) if isinstance(x, tuple) else not sp.issparse(x)
     cache = NetworkCache(dense_input=dense, edge_attr_shared=shared)
+    with _runtime.blas_single_thread(_blas_work(net, [g.num_src for g in graphs])):  # once, not per layer
+        h = _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr)
+    cache.out_shape = h.shape
+    return h, cache
+
+
+def _blas_work(net, source_rows):
+    """The largest layer product of a pass (rows x inputs x outputs), as a layer measures its own."""
+    return max(rows * layer.in_features_src * layer.heads * layer.out_features
+               for rows, layer in zip(source_rows, net.layers))
+
+
+def _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr):
+    """The layers, activations and head of :func:`stack_forward`; the output (``cache`` filled)."""
     h = x
     for l, layer in enumerate(net.layers):
         mask, finite = None, True
@@ -168,9 +188,13 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, 
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):
-            post = activation_forward(net.activation, out, check_finite=False)  # a checked layer output
+            if training:  # a training step's backward: the derivative from the same evaluation
+                post, slope = activation_forward_slope(net.activation, out)  # a checked layer output
+            else:
+                post, slope = activation_forward(net.activation, out, check_finite=False), None
             cache.pre.append(out)
             cache.post.append(post)
+            cache.slopes.append(slope)
             h = post
         else:
             h = out
@@ -179,8 +203,7 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, 
         if drop:
             h, cache.head_mask = apply_dropout(h, net.dropout, *streams.head())
         h, cache.head_cache = net.head.forward(h)
-    cache.out_shape = h.shape
-    return h, cache
+    return h
 
 
 def _masked(grad, mask):
@@ -193,6 +216,12 @@ def _masked(grad, mask):
 
 def stack_backward(net, cache, grad, theta_r, input_grad=True):
     """Every parameter's gradient, ``"x"`` and (with edge features) ``"edge_attr"``."""
+    rows = [lc.inputs.x_src.shape[0] for lc in cache.layer_caches]
+    with _runtime.blas_single_thread(_blas_work(net, rows)):  # once, not per layer
+        return _backward_layers(net, cache, grad, theta_r, input_grad)
+
+
+def _backward_layers(net, cache, grad, theta_r, input_grad):
     grads = {}
     if net.head is not None:
         hg = net.head.backward(cache.head_cache, grad)
@@ -207,8 +236,11 @@ def stack_backward(net, cache, grad, theta_r, input_grad=True):
     for l in range(net.num_layers - 1, -1, -1):
         if net.has_activation(l):
             act_index -= 1
-            grad = activation_backward(net.activation, cache.pre[act_index], cache.post[act_index], grad,
-                                       check_finite=False)  # what the network made
+            slope = cache.slopes[act_index] if len(cache.slopes) == len(cache.pre) else None
+            through = None if slope is None else multiply_slope(slope, grad)
+            grad = through if through is not None else activation_backward(
+                net.activation, cache.pre[act_index], cache.post[act_index], grad, check_finite=False
+            )  # what the network made
         # below the last layer, grad comes from the layer above (see _backward_checked)
         lg = net.layers[l]._backward_checked(cache.layer_caches[l], grad, theta_r, input_grad or l > 0,
                                              l < net.num_layers - 1)
