@@ -45,8 +45,13 @@ def compare_with_torch(make_ours, make_torch, steps=6, new_lr=None, skip=None):
             p.grad = None if g[k] is None else torch.tensor(g[k])
         topt.step()
         for k in SHAPES:
-            np.testing.assert_allclose(ours[k], tparams[k].detach().numpy(), rtol=1e-12, atol=1e-14,
-                                       err_msg=f"{k} after step {t + 1}")
+            np.testing.assert_allclose(
+                ours[k],
+                tparams[k].detach().numpy(),
+                rtol=1e-12,
+                atol=1e-14,
+                err_msg=f"{k} after step {t + 1}",
+            )
     return opt, ours
 
 
@@ -80,7 +85,9 @@ def test_adam_matches_torch(kw):
     compare_with_torch(lambda p: Adam(p, **kw), lambda p: torch.optim.Adam(p, **kw))
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(lr=0.01, weight_decay=0.1), dict(betas=(0.8, 0.99), eps=1e-6)], ids=str)
+@pytest.mark.parametrize(
+    "kw", [dict(), dict(lr=0.01, weight_decay=0.1), dict(betas=(0.8, 0.99), eps=1e-6)], ids=str
+)
 def test_adamw_matches_torch(kw):
     torch = pytest.importorskip("torch")
     compare_with_torch(lambda p: AdamW(p, **kw), lambda p: torch.optim.AdamW(p, **kw))
@@ -95,11 +102,20 @@ def test_defaults_match_the_documented_values():
 
 def test_lr_change_and_none_gradients_match_torch():
     torch = pytest.importorskip("torch")
-    compare_with_torch(lambda p: Adam(p, lr=0.01), lambda p: torch.optim.Adam(p, lr=0.01),
-                       steps=8, new_lr=0.002, skip="layers.0.bias")
-    compare_with_torch(lambda p: SGD(p, lr=0.1, momentum=0.9, nesterov=True),
-                       lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
-                       steps=8, new_lr=0.03, skip="head.weight")
+    compare_with_torch(
+        lambda p: Adam(p, lr=0.01),
+        lambda p: torch.optim.Adam(p, lr=0.01),
+        steps=8,
+        new_lr=0.002,
+        skip="layers.0.bias",
+    )
+    compare_with_torch(
+        lambda p: SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+        lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+        steps=8,
+        new_lr=0.03,
+        skip="head.weight",
+    )
 
 
 def test_float32_parameters_stay_float32_in_place():
@@ -114,9 +130,11 @@ def test_float32_parameters_stay_float32_in_place():
 
 @pytest.mark.parametrize(
     "make",
-    [lambda p: SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
-     lambda p: Adam(p, lr=0.01, weight_decay=1e-3),
-     lambda p: AdamW(p, lr=0.01)],
+    [
+        lambda p: SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+        lambda p: Adam(p, lr=0.01, weight_decay=1e-3),
+        lambda p: AdamW(p, lr=0.01),
+    ],
     ids=["SGD", "Adam", "AdamW"],
 )
 def test_state_dict_round_trip_continues_identically(make, tmp_path):
@@ -293,9 +311,13 @@ def test_adam_trains_a_network():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
     "make",
-    [lambda p: Adam(p, lr=0.01), lambda p: Adam(p, lr=0.01, weight_decay=1e-3),
-     lambda p: AdamW(p, lr=0.01), lambda p: Adam(p, lr=0.01, betas=(0.3, 0.99)),
-     lambda p: AdamW(p, lr=0.01, betas=(0.4, 0.9), weight_decay=0.1)],
+    [
+        lambda p: Adam(p, lr=0.01),
+        lambda p: Adam(p, lr=0.01, weight_decay=1e-3),
+        lambda p: AdamW(p, lr=0.01),
+        lambda p: Adam(p, lr=0.01, betas=(0.3, 0.99)),
+        lambda p: AdamW(p, lr=0.01, betas=(0.4, 0.9), weight_decay=0.1),
+    ],
     ids=["Adam", "Adam-wd", "AdamW", "Adam-beta1-low", "AdamW-beta1-low"],
 )
 def test_adam_kernel_gives_the_numpy_passes_bits(monkeypatch, make, dtype):
