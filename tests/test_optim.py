@@ -380,3 +380,128 @@ def test_adam_state_of_a_0d_parameter_round_trips_through_another_dtype():
         o.step({"s": np.array(2.0, np.float32), "v": np.ones(3, np.float32)})
     assert params["s"].tobytes() == fresh_params["s"].tobytes()
     fresh.load_state_dict(fresh.state_dict())  # its own state reloads
+
+
+def _network_params(dtype, seed=0):
+    net = GATv2Network(6, 8, 3, num_layers=3, heads=2, seed=seed, dtype=dtype)
+    return net.parameters()
+
+
+def _run(make, init, grads, flat, actions=()):
+    """Steps of a new optimizer over copies of ``init``; ``flat=False`` keeps it on the per-array path."""
+    params = {k: v.copy() for k, v in init.items()}
+    opt = make(params)
+    if not flat:
+        opt._flat = False
+    for t, g in enumerate(grads):
+        for when, action in actions:
+            if when == t:
+                action(opt)
+        opt.step(g)
+    return params, opt
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: Adam(p, lr=0.01, weight_decay=1e-3), lambda p: AdamW(p, lr=0.01, betas=(0.4, 0.9))],
+    ids=["Adam", "AdamW"],
+)
+def test_flat_step_gives_the_per_array_bits(make, dtype):
+    """All parameters in one kernel call on flat buffers: the same bits as one call per array, through
+    skipped gradients (per-array steps in between), a learning-rate change, a state loaded from a
+    dict and a state reset."""
+    init = _network_params(dtype)
+    rng = np.random.default_rng(1)
+    grads = [{k: rng.standard_normal(v.shape).astype(dtype) for k, v in init.items()} for _ in range(12)]
+    first = next(iter(init))
+    grads[3] = dict(grads[3], **{first: None})  # one parameter skipped: its step count lags ...
+    grads[4] = {k: (g if k == first else None) for k, g in grads[4].items()}  # ... and catches up
+    saved = {}
+
+    def save(opt):
+        saved["state"] = opt.state_dict()
+
+    def load(opt):  # the state of two steps before, in new arrays: the flat path copies them in once
+        opt.load_state_dict(saved["state"])
+
+    def lr(opt):
+        opt.lr = 0.003
+
+    def reset(opt):
+        opt.zero_state()
+
+    actions = [(6, save), (8, load), (9, lr), (10, reset)]
+    calls = []
+    flat, opt = _run(make, init, grads[:6], flat=True)
+    opt._flat.update = lambda scalars, update=opt._flat.update: (calls.append(1), update(scalars))
+    opt.step(grads[6])
+    assert calls == [1]  # the flat path runs again once the step counts agree
+    assert np.shares_memory(opt.state[first]["exp_avg"], opt._flat.m)  # the moments are its views
+    flat, opt = _run(make, init, grads, flat=True, actions=actions)
+    per_array, opt_ref = _run(make, init, grads, flat=False, actions=actions)
+    for k in init:
+        assert not np.array_equal(flat[k], init[k])
+        assert flat[k].tobytes() == per_array[k].tobytes(), k
+    for k, v in opt_ref.state_dict().items():
+        assert np.asarray(opt.state_dict()[k]).tobytes() == np.asarray(v).tobytes(), k
+
+
+def test_flat_step_leaves_aliased_and_mixed_parameters_to_the_per_array_path():
+    w = np.ones((3, 4))
+    opt = Adam({"w": w, "w_rows": w[:2]}, lr=0.1)  # two names for overlapping memory
+    opt.step({"w": np.ones((3, 4)), "w_rows": np.ones((2, 4))})
+    assert opt._flat is False
+    opt = Adam({"a": np.ones(3, np.float32), "b": np.ones(3)}, lr=0.1)  # two dtypes
+    opt.step({"a": np.ones(3, np.float32), "b": np.ones(3)})
+    assert opt._flat is False and opt.state["a"]["step"] == opt.state["b"]["step"] == 1
+
+
+def test_flat_step_checks_every_gradient_before_updating_and_names_the_bad_one():
+    params = {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)}
+    opt = Adam(params, lr=0.1)
+    opt.step({"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)})
+    before = {k: v.copy() for k, v in params.items()}
+    state = opt.state_dict()
+    with pytest.raises(ValueError, match=r"grads\['b'\] must be finite"):
+        opt.step({"a": np.ones(3, np.float32), "b": np.array([1.0, np.inf], np.float32)})
+    with pytest.raises(KeyError, match="grads is missing 'b'"):
+        opt.step({"a": np.ones(3, np.float32)})
+    for k in params:
+        assert params[k].tobytes() == before[k].tobytes()
+    for k, v in opt.state_dict().items():
+        assert np.asarray(v).tobytes() == np.asarray(state[k]).tobytes()
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_optimizer_updates_its_own_parameters(how):
+    """The flat buffers hold views of the parameters: a copy must not write through the original's."""
+    import copy
+    import pickle
+
+    params = {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)}
+    opt = Adam(params, lr=0.1)
+    grads = {"a": np.full(3, 0.5, np.float32), "b": np.full(2, -0.5, np.float32)}
+    opt.step(grads)
+    twin = copy.deepcopy(opt) if how == "deepcopy" else pickle.loads(pickle.dumps(opt))
+    assert twin.params["a"] is not params["a"]
+    before = {k: v.copy() for k, v in params.items()}
+    twin.step(grads)
+    for k in params:
+        assert params[k].tobytes() == before[k].tobytes()  # the original's arrays are untouched
+        assert not np.array_equal(twin.params[k], before[k])
+    opt.step(grads)
+    for k in params:
+        assert params[k].tobytes() == twin.params[k].tobytes()
+
+
+def test_flat_step_follows_a_parameter_replaced_in_the_mapping():
+    params = {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)}
+    opt = Adam(params, lr=0.1)
+    grads = {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)}
+    opt.step(grads)
+    old, new = opt.params["b"], np.ones(2, np.float32)
+    kept = old.copy()
+    opt.params["b"] = new
+    opt.step(grads)
+    assert np.all(new != 1.0) and old.tobytes() == kept.tobytes()  # the step went to the array now named

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
 from .. import _validate as V
 from ..kernels.optim import adam_update
 from .base import Optimizer, lerp_
+from .flat import FlatMoments
 
 __all__ = ["Adam", "AdamW"]
 
@@ -40,6 +42,48 @@ class Adam(Optimizer):
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         self._set_hyper(lr, betas[0], betas[1], eps, weight_decay)
+
+    def step(self, grads):
+        """Update every parameter in place from ``grads``.
+
+        Parameters
+        ----------
+        grads : mapping
+            One entry per parameter name; a value of None skips that
+            parameter (as a missing ``.grad`` in torch). Other keys are
+            ignored. All gradients are checked before anything is updated.
+        """
+        if not self._flat_step(grads):  # the per-array path: every other case, and every error
+            super().step(grads)
+
+    def _flat_step(self, grads):
+        """One kernel call for all parameters (``flat.py``); False where that path does not apply."""
+        flat = self.__dict__.get("_flat")
+        if flat is None:
+            fits = FlatMoments.applies(self.params, _KERNEL_DTYPES)
+            flat = self._flat = FlatMoments(self.params) if fits else False
+        if flat is False or not isinstance(grads, Mapping) or not flat.gather(self.params, grads):
+            return False
+        state = self.state
+        if flat.owns(state):
+            steps = {state[name]["step"] for name in flat.names}
+            step = steps.pop() if len(steps) == 1 else None
+        else:
+            step = flat.adopt(state)
+        if step is None:
+            return False
+        step += 1
+        for name in flat.names:
+            state[name]["step"] = step
+        flat.update(self._scalars(step, flat.dtype))
+        return True
+
+    def __getstate__(self):
+        # the flat buffers hold views of the parameters and moments: a copy or an unpickled
+        # optimizer lays out its own on its first step instead of writing through stale views
+        state = self.__dict__.copy()
+        state.pop("_flat", None)
+        return state
 
     @property
     def betas(self):
