@@ -505,3 +505,15 @@ def test_flat_step_follows_a_parameter_replaced_in_the_mapping():
     opt.params["b"] = new
     opt.step(grads)
     assert np.all(new != 1.0) and old.tobytes() == kept.tobytes()  # the step went to the array now named
+
+
+def test_flat_step_is_kept_for_small_parameters():
+    from gatfast.optim.flat import MEAN_SIZE
+
+    small = {"a": np.ones(MEAN_SIZE, np.float32), "b": np.ones(MEAN_SIZE, np.float32)}
+    big = {"a": np.ones(MEAN_SIZE + 1, np.float32), "b": np.ones(MEAN_SIZE, np.float32)}
+    for params, flat in ((small, True), (big, False)):
+        opt = Adam(params, lr=0.1)
+        opt.step({k: np.ones_like(v) for k, v in params.items()})
+        assert (opt._flat is not False) == flat
+        assert np.all(params["a"] < 1.0) and np.all(params["b"] < 1.0)
