@@ -304,9 +304,10 @@ class GatfastRunner:
                 self.forward_backward()
 
     def forward(self):
+        """The inference pass (no cache for a backward), as the peers' forward under ``torch.no_grad``."""
         if self.w.kind == "train":
             return self.model.output(self.w.graph, self.w.x)
-        return self.layer.forward(self.w.graph, self.w.layer_x(), self.w.edge_attr)[0]
+        return self.layer.output(self.w.graph, self.w.layer_x(), self.w.edge_attr)
 
     def forward_backward(self):
         if self.w.kind == "train":

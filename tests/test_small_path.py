@@ -114,6 +114,25 @@ def test_large_inputs_and_dropout_in_training_take_the_general_path(monkeypatch)
     assert calls["forward"] == 0
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_id)
+@pytest.mark.parametrize("n", [12, 600])  # the one-call kernel, and a graph too big for it
+def test_output_is_forwards_output_without_a_cache(monkeypatch, cfg, dtype, n):
+    rng = np.random.default_rng(len(_id(cfg)) + n)
+    graph = naive.mixed_graph(rng, n=n, hub_degree=9)
+    layer = GATv2Layer(5, 7, dtype=dtype, seed=2, **cfg)
+    naive.randomize_params(layer, rng)
+    x = rng.standard_normal((n, 5)).astype(dtype)
+    calls = count_calls(monkeypatch)
+    out = layer.output(graph, x)
+    assert calls["forward"] == (n == 12)  # the fast path where it applies
+    want, _ = layer.forward(graph, x)
+    assert out.dtype == dtype and out.tobytes() == want.tobytes()
+    assert x.flags.writeable  # the caller's array, untouched
+    out[:] = 0.0  # the caller's own array: the next call is not affected
+    assert layer.output(graph, x).tobytes() == want.tobytes()
+
+
 def test_the_cache_keeps_its_own_copy_of_x():
     rng = np.random.default_rng(3)
     graph = naive.mixed_graph(rng)

@@ -17,6 +17,7 @@ from .._random import RandomKeys
 from ..kernels import ACTIVATIONS
 from . import pyg, small
 from .cache import LayerCache
+from .config import layer_config
 from .dense import linear, project_inputs
 from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
@@ -201,32 +202,7 @@ class GATv2Layer:
         return (f"GATv2Layer({self.in_features!r}, {self.out_features}, heads={self.heads}, "
                 f"concat={self.concat}{extra})")
 
-    def get_config(self):
-        """Return the constructor arguments, except ``seed``.
-
-        Returns
-        -------
-        dict
-            Plain JSON-able values: ``GATv2Layer(**config)`` builds a layer of the same configuration.
-        """
-        fill = list(self.fill_value) if isinstance(self.fill_value, tuple) else self.fill_value
-        return {
-            "in_features": list(self.in_features) if self.bipartite else self.in_features,
-            "out_features": self.out_features,
-            "heads": self.heads,
-            "concat": self.concat,
-            "negative_slope": self.negative_slope,
-            "add_self_loops": self.add_self_loops,
-            "bias": self.bias,
-            "share_weights": self.share_weights,
-            "dtype": self.dtype.name,
-            "dropout": self.dropout,
-            "residual": self.residual,
-            "attention_activation": self.attention_activation,
-            "root_weight": self.root_weight,
-            "edge_dim": self.edge_dim,
-            "fill_value": fill,
-        }
+    get_config = layer_config
 
     # PyG's GATv2Conv, both ways (layers/pyg.py)
     from_pyg = classmethod(pyg.layer_from_pyg)
@@ -293,6 +269,24 @@ class GATv2Layer:
         return self._forward_checked(graph, x, edge_attr, training, rng, False)
 
     __call__ = forward
+
+    def output(self, graph, x, edge_attr=None):
+        """Compute the evaluation-mode output alone, for inference (PyTorch's ``no_grad``).
+
+        Parameters
+        ----------
+        graph, x, edge_attr : as in :meth:`forward`
+
+        Returns
+        -------
+        ndarray, shape (num_dst, out_dim)
+            ``forward(graph, x, edge_attr)[0]``, the same bits; no cache is kept, which saves a
+            one-scene layer the copy of ``x`` and the cache it would hold for ``backward``.
+        """
+        fast = small.forward(self, graph, x, edge_attr, False, keep_cache=False)
+        if fast is not None:
+            return fast[0]
+        return self._forward_checked(graph, x, edge_attr, False, None, False)[0]
 
     def _forward_checked(self, graph, x, edge_attr, training, rng, x_finite):
         """:meth:`forward`; ``x_finite`` skips the pass over ``x`` that ``GATv2Network`` already made

@@ -90,8 +90,12 @@ def _plain(layer):
     )
 
 
-def forward(layer, graph, x, edge_attr, training):
-    """``(out, cache)`` of ``layer.forward`` on the fast path, or None where it does not apply."""
+def forward(layer, graph, x, edge_attr, training, keep_cache=True):
+    """``(out, cache)`` of ``layer.forward`` on the fast path, or None where it does not apply.
+
+    ``keep_cache=False`` (``layer.output``): ``(out, None)``, without the copy of ``x`` and the
+    read-only arrays a cache needs.
+    """
     if not (
         ENABLED and type(graph) is CSRGraph and type(x) is np.ndarray and edge_attr is None and _plain(layer)
     ):
@@ -115,7 +119,9 @@ def forward(layer, graph, x, edge_attr, training):
     k = layer.constants
     empty = k.no_bias
     W_l, b_l, W_r, b_r = p["W_l"], p.get("b_l", empty), p["W_r"], p.get("b_r", empty)
-    x = _read_only(x.copy())  # the cache's own: the caller may reuse its array before backward
+    # the cache's own copy (the caller may reuse its array before backward), else a read-only view
+    # (the kernel's argument type either way: one compiled kernel)
+    x = _read_only(x.copy()) if keep_cache else readonly(x)
     xl = np.empty((n, H, C), dtype)
     xr = np.empty((n, H, C), dtype)
     alpha = np.empty((attention.nnz, H), dtype)
@@ -147,6 +153,8 @@ def forward(layer, graph, x, edge_attr, training):
     )
     if not finite:
         return None  # the general path names the cause (x, a parameter, or an overflow)
+    if not keep_cache:
+        return out, None
     inputs = Inputs(graph, attention, x, x, "same", k.no_edges, ())
     cache = LayerCache(
         attention,
