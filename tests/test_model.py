@@ -477,3 +477,27 @@ def test_training_backward_through_the_activations_gives_the_evaluation_bits(dty
     assert set(got) == set(want)
     for k in want:
         assert got[k].view(np.uint8).tobytes() == want[k].view(np.uint8).tobytes(), k
+
+
+@pytest.mark.parametrize("nodes", [10, 3000])  # the layers' one-call path (a road scene), and the general one
+@pytest.mark.parametrize("readout", [None, "mean"])
+def test_output_keeps_no_layer_cache_and_gives_forwards_bits(monkeypatch, nodes, readout):
+    from gatfast.data import make_csbm
+    from gatfast.layers import small
+
+    ds = make_csbm(num_nodes=nodes, num_features=9, avg_degree=2, seed=1)
+    net = GATv2Network(9, 8, 3, num_layers=3, heads=2, seed=0, readout=readout)
+    ptr = None if readout is None else np.array([0, nodes // 2, nodes])
+    want, _ = net.forward(ds.graph, ds.x, graph_ptr=ptr)
+    kept = []
+    original = small.forward
+
+    def spy(layer, graph, x, edge_attr, training, keep_cache=True):
+        kept.append(keep_cache)
+        return original(layer, graph, x, edge_attr, training, keep_cache)
+
+    monkeypatch.setattr(small, "forward", spy)
+    got = net.output(ds.graph, ds.x, graph_ptr=ptr)
+    assert got.tobytes() == want.tobytes()
+    assert kept == [False] * 3
+    assert ds.x.flags.writeable

@@ -283,17 +283,14 @@ class GATv2Layer:
             ``forward(graph, x, edge_attr)[0]``, the same bits; no cache is kept, which saves a
             one-scene layer the copy of ``x`` and the cache it would hold for ``backward``.
         """
-        fast = small.forward(self, graph, x, edge_attr, False, keep_cache=False)
-        if fast is not None:
-            return fast[0]
-        return self._forward_checked(graph, x, edge_attr, False, None, False)[0]
+        return self._forward_checked(graph, x, edge_attr, False, None, False, keep_cache=False)[0]
 
-    def _forward_checked(self, graph, x, edge_attr, training, rng, x_finite):
+    def _forward_checked(self, graph, x, edge_attr, training, rng, x_finite, keep_cache=True):
         """:meth:`forward`; ``x_finite`` skips the pass over ``x`` that ``GATv2Network`` already made
         (its input, or a checked layer output after activation and dropout; an overflow there shows in
-        this layer's output check)."""
+        this layer's output check). ``keep_cache=False``: the cache may be None (:meth:`output`)."""
         if rng is None or isinstance(rng, (np.random.Generator, RandomKeys)):
-            fast = small.forward(self, graph, x, edge_attr, training)
+            fast = small.forward(self, graph, x, edge_attr, training, keep_cache)
             if fast is not None:
                 return fast
         inputs = resolve_inputs(self, graph, x, edge_attr, x_finite)

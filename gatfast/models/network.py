@@ -351,7 +351,7 @@ class GATv2Network:
         ndarray
             ``forward(graph, x, ...)[0]`` without dropout; no cache is kept.
         """
-        return self.forward(graph, x, graph_ptr=graph_ptr, training=False, edge_attr=edge_attr)[0]
+        return stack_forward(self, graph, x, graph_ptr, False, self._rng, edge_attr, keep_cache=False)[0]
 
     def predict(self, graph, x, graph_ptr=None, edge_attr=None):
         """Return the raw outputs (logits); deprecated, use :meth:`output`.

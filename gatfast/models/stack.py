@@ -139,12 +139,13 @@ class _Streams:
         return self.rng.child(HEAD), self.ids.graphs
 
 
-def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, x_finite=False):
+def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, x_finite=False, keep_cache=True):
     """The output and :class:`NetworkCache` of ``net`` (see ``GATv2Network.forward``).
 
     ``x_finite=True``: ``x`` holds rows of features the caller has checked for NaN and inf (the
     training loop checks its dataset once), so the pass over it is skipped; its shape and dtype
-    are still checked.
+    are still checked. ``keep_cache=False`` (``GATv2Network.output``): the layers keep no cache
+    where that saves work, and the cache returned cannot be differentiated.
     """
     if isinstance(x, list):
         x = tuple(x)
@@ -165,7 +166,7 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, 
     dense = tuple(not sp.issparse(a) for a in x) if isinstance(x, tuple) else not sp.issparse(x)
     cache = NetworkCache(dense_input=dense, edge_attr_shared=shared)
     with _runtime.blas_single_thread(_blas_work(net, [g.num_src for g in graphs])):  # once, not per layer
-        h = _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr)
+        h = _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr, keep_cache)
     cache.out_shape = h.shape
     return h, cache
 
@@ -176,7 +177,7 @@ def _blas_work(net, source_rows):
                for rows, layer in zip(source_rows, net.layers))
 
 
-def _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr):
+def _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr, keep_cache):
     """The layers, activations and head of :func:`stack_forward`; the output (``cache`` filled)."""
     h = x
     for l, layer in enumerate(net.layers):
@@ -184,7 +185,7 @@ def _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr):
         if drop:  # h is the checked input or a checked layer output (see _forward_checked)
             h, mask, finite = checked_dropout(h, net.dropout, *streams.features(l))
         out, lc = layer._forward_checked(graphs[l], h, attrs[l], training, streams.attention(l, isinstance(h, tuple)),
-                                         finite)
+                                         finite, keep_cache)
         cache.layer_caches.append(lc)
         cache.masks.append(mask)
         if net.has_activation(l):
