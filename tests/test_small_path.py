@@ -133,6 +133,47 @@ def test_output_is_forwards_output_without_a_cache(monkeypatch, cfg, dtype, n):
     assert layer.output(graph, x).tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "cfg", [dict(heads=4), dict(heads=3, concat=False), dict(heads=2, bias=False)], ids=_id
+)
+@pytest.mark.parametrize("n", [10, small.FEW_ROWS])
+def test_few_wide_rows_take_the_one_call_forward_with_the_general_bits(monkeypatch, cfg, dtype, n):
+    """A network's middle layer on one scene (10 x 64 -> 4 x 16): the product is not small, but the
+    rows are few, so the forward takes the one call with the dense tile's projections; its output,
+    attention and cache give the general path's bits, and its backward is the general one."""
+    rng = np.random.default_rng(n)
+    graph = CSRGraph.from_edge_index(rng.integers(0, n, (2, 2 * n)), n)
+    layer = GATv2Layer(64, 16, dtype=dtype, seed=1, **cfg)
+    naive.randomize_params(layer, rng)
+    x = rng.standard_normal((n, 64)).astype(dtype)
+    assert not small.is_small(n, 64, layer.heads * 16)
+    R = rng.standard_normal((n, layer.out_dim)).astype(dtype)
+    calls = count_calls(monkeypatch)
+    (out, cache, grads), (out_g, cache_g, grads_g) = both_paths(monkeypatch, layer, graph, x, R, "linear")
+    assert calls == {"forward": 1, "backward": 0}
+    assert out.tobytes() == out_g.tobytes()
+    for name in ("xl", "xr", "alpha"):
+        assert getattr(cache, name).tobytes() == getattr(cache_g, name).tobytes(), name
+    for name in grads_g:
+        assert grads[name].tobytes() == grads_g[name].tobytes(), name
+    monkeypatch.setattr(small, "ENABLED", True)
+    assert layer.output(graph, x).tobytes() == out_g.tobytes()
+
+
+def test_more_rows_or_narrow_outputs_take_the_general_forward(monkeypatch):
+    rng = np.random.default_rng(2)
+    calls = count_calls(monkeypatch)
+    n = small.FEW_ROWS + 1
+    graph = CSRGraph.from_edge_index(rng.integers(0, n, (2, 2 * n)), n)
+    GATv2Layer(40, 16, heads=4, seed=0).forward(graph, rng.standard_normal((n, 40)).astype(np.float32))
+    graph = CSRGraph.from_edge_index(rng.integers(0, 200, (2, 400)), 200)  # a product BLAS makes
+    GATv2Layer(40, 3, heads=1, seed=0).forward(graph, rng.standard_normal((200, 40)).astype(np.float32))
+    dense = CSRGraph.from_edge_index(np.indices((200, 200)).reshape(2, -1), 200)  # attention work for threads
+    GATv2Layer(40, 16, heads=4, seed=0).forward(dense, rng.standard_normal((200, 40)).astype(np.float32))
+    assert calls == {"forward": 0, "backward": 0}
+
+
 def test_the_cache_keeps_its_own_copy_of_x():
     rng = np.random.default_rng(3)
     graph = naive.mixed_graph(rng)
@@ -225,20 +266,21 @@ import numpy as np
 from numba import types
 from gatfast import CSRGraph, GATv2Layer
 from gatfast.layers import small
-from gatfast.kernels import backward, forward, pairwise
+from gatfast.kernels import backward, forward, gemm, pairwise
 
 small.COMPILE_AFTER_CALLS = 0  # the one-call kernels from the first call, as with a warm cache
 rng = np.random.default_rng(0)
 graph = CSRGraph.from_edge_index(rng.integers(0, 12, (2, 40)), 12)
-layer = GATv2Layer(5, 7, heads=2, seed=0)
-x = rng.standard_normal((12, 5)).astype(np.float32)
-for enabled in (True, False):
-    small.ENABLED = enabled
-    out, cache = layer.forward(graph, x)
-    for form in ("linear", "pairwise"):
-        layer.backward(cache, np.ones_like(out), theta_r=form)
+# a small layer, and a few wide rows whose projections both paths make with the dense tile
+for layer, width in ((GATv2Layer(5, 7, heads=2, seed=0), 5), (GATv2Layer(64, 16, heads=2, seed=0), 64)):
+    x = rng.standard_normal((12, width)).astype(np.float32)
+    for enabled in (True, False):
+        small.ENABLED = enabled
+        out, cache = layer.forward(graph, x)
+        for form in ("linear", "pairwise"):
+            layer.backward(cache, np.ones_like(out), theta_r=form)
 for kernel in (forward.gatv2_forward_rows, backward.gatv2_backward_target_blocks,
-               backward.gatv2_backward_source_rows, pairwise.gatv2_pairwise_theta_r_rows):
+               backward.gatv2_backward_source_rows, pairwise.gatv2_pairwise_theta_r_rows, gemm.matmul_rows):
     sigs = kernel.signatures
     literal = [s for s in sigs if any(isinstance(t, types.Literal) for t in s)]
     print(kernel.py_func.__name__, len(sigs), len(literal))
@@ -265,6 +307,7 @@ def test_the_small_path_shares_the_general_paths_specialisations(tmp_path):
         "gatv2_backward_target_blocks": (1, 0),
         "gatv2_backward_source_rows": (1, 0),
         "gatv2_pairwise_theta_r_rows": (1, 0),
+        "matmul_rows": (1, 0),
     }
 
 

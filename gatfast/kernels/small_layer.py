@@ -22,18 +22,40 @@ from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks
 from .dense_small import project2, project2_backward
 from .forward import gatv2_forward_rows
 from .frozen import frozen
+from .gemm import matmul_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
 
 
 @njit(nogil=True, cache=True)
 def small_layer_forward(
-    x, W_l, b_l, W_r, b_r, indptr, indices, att, slope, kind, edge_scale, bias, xl, xr, alpha, per_head, out
+    x,
+    W_l,
+    b_l,
+    W_r,
+    b_r,
+    tiles,
+    indptr,
+    indices,
+    att,
+    slope,
+    kind,
+    edge_scale,
+    bias,
+    xl,
+    xr,
+    alpha,
+    per_head,
+    out,
 ):
     """Projections, attention and output of the layer; returns whether ``x`` and ``out`` are finite.
 
     ``out`` (n, H*C) is a view of ``per_head`` when the heads are
     concatenated, else (n, C) gets their mean; ``bias`` of size 0 is none.
     ``x`` is checked too: a NaN in a row no edge reads would not reach ``out``.
+    ``tiles`` is ``(W_l.T, b_l, W_r.T, b_r)`` as the general path hands them to
+    the dense tile (read-only, contiguous, biases of size 0 for none) for a few
+    wide rows, whose projections it computes there; empty transposes for a small
+    product, projected in the loops of ``project2`` as the general path does.
     """
     n = x.shape[0]
     heads, channels = att.shape
@@ -41,7 +63,13 @@ def small_layer_forward(
         for k in range(x.shape[1]):
             if not math.isfinite(x[i, k]):
                 return False
-    project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
+    wlt, blt, wrt, brt = tiles
+    if wlt.shape[0] == 0:
+        project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
+    else:  # the general path's dense_projections for rows that fit one chunk, with its argument types
+        accumulate = n < 0  # False, typed as the general path's (not as a literal: one specialisation)
+        matmul_rows(np.int64(0), n, x, wlt, blt, accumulate, xl.reshape(n, heads * channels))
+        matmul_rows(np.int64(0), n, x, wrt, brt, accumulate, xr.reshape(n, heads * channels))
     # a first row typed int64, not the literal 0: the general path's specialisation, compiled once
     gatv2_forward_rows(np.int64(0), n, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, per_head)
     concat = out.shape[1] == heads * channels

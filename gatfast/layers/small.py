@@ -1,9 +1,11 @@
 """The fast path of a layer for graphs of a few nodes: one kernel call each way.
 
 Taken when the whole layer is tiny (``dense.SMALL_PRODUCT``: a road scene of
-10 vehicles is 10 x 16 x 32) and plain: one dense feature matrix of the
-layer's dtype on a square graph, no edge features, root weight, residual or
-active attention dropout. Everything else, and any input that needs
+10 vehicles is 10 x 16 x 32), by the forward pass also for a few wide rows
+(:data:`FEW_ROWS`: a network's middle layer on one scene, whose projections
+the kernel makes with the general path's dense tile), and when the layer is
+plain: one dense feature matrix of the layer's dtype on a square graph, no
+edge features, root weight, residual or active attention dropout. Everything else, and any input that needs
 converting or fails a check, goes the general way (which also raises the
 errors), so the fast path changes no behaviour: it gives the same bits
 (``tests/test_small_path.py``) in a fraction of the time (per-call Python
@@ -25,6 +27,7 @@ import numpy as np
 from .. import _runtime
 from ..graph import CSRGraph
 from ..kernels import num_att_blocks, readonly
+from ..kernels.gemm import TILE_BYTES
 from ..kernels.small_layer import small_layer_backward, small_layer_forward
 from .cache import LayerCache
 from .dense import is_small
@@ -34,6 +37,17 @@ __all__ = ["ENABLED", "backward", "forward"]
 
 #: Switch for the tests, which compare both paths bit for bit.
 ENABLED = True
+
+#: Most rows whose forward takes the one-call kernel with the dense tile's projections (a few wide
+#: rows: a network's middle layer on one scene, 10 x 64 -> 4 x 16, where the general path's Python
+#: was most of the call). Up to it the general path runs its products as one chunk of rows and its
+#: attention kernel on the calling thread where its work is below ``_runtime.PARALLEL_WORK``, so the
+#: one call is the same work on the same thread. The one call took, as a fraction of the general
+#: path's time (64 -> 4 x 16, in-degree 8, alternating rounds, 2-vCPU AMD EPYC): 0.51 at 10 rows,
+#: 0.64 at 32 and 64, 0.75 at 128, 1.01 at 256 (where the general path's attention takes two threads).
+FEW_ROWS = 128
+
+_NO_TILES = {}  # dtype -> the empty tiles of a small product
 
 #: Small calls a process makes on the general path before it compiles a one-call kernel that
 #: Numba's cache does not have (any entry counts, whatever its dtype). With an empty cache the two
@@ -90,6 +104,37 @@ def _plain(layer):
     )
 
 
+def _one_call_forward(n, in_width, nnz, layer):
+    """Whether a plain layer's forward on ``n`` rows and ``nnz`` attention edges takes the one-call
+    kernel: a small product, or rows few enough for the general path to run them as one chunk, wide
+    enough for its dense tile (whose projections the kernel then computes the same way), and
+    attention work it runs on the calling thread too."""
+    width = layer.heads * layer.out_features
+    if is_small(n, in_width, width):
+        return True
+    return (
+        n <= FEW_ROWS and width * layer.dtype.itemsize >= TILE_BYTES and nnz * width < _runtime.PARALLEL_WORK
+    )
+
+
+def _tiles(n, in_width, layer, W_l, b_l, W_r, b_r):
+    """The kernel's ``tiles``: the transposed weights and biases as the general path gives them to the
+    dense tile, or empty transposes for a small product."""
+    dtype = layer.dtype
+    if is_small(n, in_width, layer.heads * layer.out_features):
+        none = _NO_TILES.get(dtype)
+        if none is None:
+            matrix, vector = readonly(np.zeros((0, 0), dtype)), readonly(np.zeros(0, dtype))
+            none = _NO_TILES[dtype] = (matrix, vector, matrix, vector)
+        return none
+    return (
+        readonly(np.ascontiguousarray(W_l.T)),
+        readonly(b_l),
+        readonly(np.ascontiguousarray(W_r.T)),
+        readonly(b_r),
+    )
+
+
 def forward(layer, graph, x, edge_attr, training, keep_cache=True):
     """``(out, cache)`` of ``layer.forward`` on the fast path, or None where it does not apply.
 
@@ -108,7 +153,7 @@ def forward(layer, graph, x, edge_attr, training, keep_cache=True):
         or x.dtype != layer.dtype
         or x.shape != (n, layer.in_features)
         or not x.flags.c_contiguous
-        or not is_small(n, x.shape[1], layer.heads * layer.out_features)
+        or not _one_call_forward(n, x.shape[1], graph.nnz + (n if layer.add_self_loops else 0), layer)
         or not _ready("forward")
     ):
         return None
@@ -122,6 +167,7 @@ def forward(layer, graph, x, edge_attr, training, keep_cache=True):
     # the cache's own copy (the caller may reuse its array before backward), else a read-only view
     # (the kernel's argument type either way: one compiled kernel)
     x = _read_only(x.copy()) if keep_cache else readonly(x)
+    tiles = _tiles(n, x.shape[1], layer, W_l, b_l, W_r, b_r)
     xl = np.empty((n, H, C), dtype)
     xr = np.empty((n, H, C), dtype)
     alpha = np.empty((attention.nnz, H), dtype)
@@ -137,6 +183,7 @@ def forward(layer, graph, x, edge_attr, training, keep_cache=True):
             b_l,
             W_r,
             b_r,
+            tiles,
             attention.indptr,
             attention.indices,
             p["att"],
