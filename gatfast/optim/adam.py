@@ -43,20 +43,7 @@ class Adam(Optimizer):
             raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
         self._set_hyper(lr, betas[0], betas[1], eps, weight_decay)
 
-    def step(self, grads):
-        """Update every parameter in place from ``grads``.
-
-        Parameters
-        ----------
-        grads : mapping
-            One entry per parameter name; a value of None skips that
-            parameter (as a missing ``.grad`` in torch). Other keys are
-            ignored. All gradients are checked before anything is updated.
-        """
-        if not self._flat_step(grads):  # the per-array path: every other case, and every error
-            super().step(grads)
-
-    def _flat_step(self, grads):
+    def _step_all(self, grads):
         """One kernel call for all parameters (``flat.py``); False where that path does not apply."""
         flat = self.__dict__.get("_flat")
         if flat is None:

@@ -100,6 +100,8 @@ class Optimizer:
             parameter (as a missing ``.grad`` in torch). Other keys are
             ignored. All gradients are checked before anything is updated.
         """
+        if self._step_all(grads):
+            return
         if not isinstance(grads, Mapping):
             raise TypeError(f"grads must be a mapping of name -> array, got {type(grads).__name__}")
         checked = {}
@@ -110,6 +112,11 @@ class Optimizer:
                 checked[name] = _check_grad(grads[name], name, param)
         for name, grad in checked.items():
             self._update(name, self.params[name], grad, self.state[name])
+
+    def _step_all(self, grads):
+        """Update every parameter at once where a subclass can (one kernel call); False leaves the
+        step, its checks and its errors to the per-array path of :meth:`step`."""
+        return False
 
     def zero_state(self):
         """Forget the optimizer state (momentum buffers, moments, step counts)."""
