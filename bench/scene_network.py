@@ -14,7 +14,9 @@ layers' one-call kernels (``gatfast/layers/small.py``); with them for small
 products only (``small.FEW_ROWS = 0``: the first layer, 4 -> 64, and the last,
 64 -> 2, but not the middle one, 64 -> 64 on 10 rows, whose forward takes the
 one-call kernel for a few wide rows otherwise); and with the general path only
-(``small.ENABLED = False``). All three must give the same bits.
+(``small.ENABLED = False``). ``output`` and ``forward`` must give the same bits
+all three ways (checked before timing; the training step changes the weights
+it reads, so it is only timed).
 
 Usage::
 

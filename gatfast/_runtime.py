@@ -255,6 +255,8 @@ BLAS_SMALL = 1 << 18
 
 
 _blas_hold = threading.local()  # depth of this thread's nested holds: only the outermost sets and restores
+# a child forked inside a hold (which never leaves it there) starts with none
+os.register_at_fork(after_in_child=lambda: _blas_hold.__dict__.clear())
 
 
 class _BlasOneThread:
@@ -294,13 +296,15 @@ class _BlasOneThread:
 def blas_single_thread(work=None):
     """Hold every loaded BLAS at one thread for a block, then restore the previous counts.
 
-    Used around a layer's forward and backward pass: the dense products run
+    Used around a layer's forward and backward pass, and once around a
+    network's layers (the layers' holds inside it cost nothing): the dense products run
     either as one call or in row chunks on the thread pool of
     :func:`run_chunks`, one single-threaded BLAS call per chunk, so BLAS's
     own worker threads (which busy-wait between calls) never compete with
     gatfast's threads or with each other for the cores; on a 2-core machine
     under load that competition made a 64-scene training step several times
-    slower. A use costs about 2 microseconds; ``work`` (rows x inputs x
+    slower. A use costs several microseconds (about 7 on a 2-vCPU AMD EPYC:
+    threadpoolctl asks each library its count); ``work`` (rows x inputs x
     outputs of the largest product) below :data:`BLAS_SMALL` gets a no-op
     context instead.
     """

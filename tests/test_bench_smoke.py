@@ -618,16 +618,18 @@ def test_source_order_leaves_the_thread_count_alone():
 
 def test_scene_network_prints_every_way(capsys, monkeypatch):
     """bench/scene_network.py at one round of two calls: every call three ways, the same bits
-    checked inside, the one-call paths switched back on after."""
+    checked inside, the one-call paths and their row limit restored after."""
     import scene_network
+
     from gatfast.layers import small
 
     monkeypatch.setattr(small, "_decided", set())
+    rows = small.FEW_ROWS
     scene_network.main(["--rounds", "1", "--reps", "2"])
     table = capsys.readouterr().out
     for call in ("| output |", "| forward |", "| train step |"):
         assert call in table
-    assert small.ENABLED and small.FEW_ROWS > 0 and {"forward", "backward"} <= small._decided
+    assert small.ENABLED and small.FEW_ROWS == rows
     assert "small products only µs (median / best)" in table and "general path only" in table
     with pytest.raises(SystemExit):
         scene_network.main(["--rounds", "0"])

@@ -249,8 +249,10 @@ def test_mse_gradient_and_torch():
         loss, grad = mse_loss(pred, target, mask)
         num = numeric_grad(lambda m=mask: mse_loss(pred, target, m)[0], pred)
         np.testing.assert_allclose(grad, num, rtol=1e-7, atol=1e-10)
-    for dtype in (np.float32, np.float64):  # no mask: the same bits as a mask that selects everything
-        p, t = (pred * 1e3).astype(dtype), target.astype(dtype)
+    big = np.random.default_rng(5).normal(size=(2, 1000, 37))
+    for dtype, order in ((np.float32, "C"), (np.float64, "C"), (np.float32, "F"), (np.float64, "F")):
+        # no mask: the same bits as a mask that selects everything (Fortran order too: the sum's order)
+        p, t = np.array(big[0] * 1e3, dtype, order=order), np.array(big[1], dtype, order=order)
         p[0, 0] = -0.0
         t[0, 0] = 0.0
         for reduction in ("mean", "sum"):

@@ -407,7 +407,7 @@ def _run(make, init, grads, flat, actions=()):
     [lambda p: Adam(p, lr=0.01, weight_decay=1e-3), lambda p: AdamW(p, lr=0.01, betas=(0.4, 0.9))],
     ids=["Adam", "AdamW"],
 )
-def test_flat_step_gives_the_per_array_bits(make, dtype):
+def test_flat_step_gives_the_per_array_bits(make, dtype, monkeypatch):
     """All parameters in one kernel call on flat buffers: the same bits as one call per array, through
     skipped gradients (per-array steps in between), a learning-rate change, a state loaded from a
     dict and a state reset."""
@@ -432,13 +432,28 @@ def test_flat_step_gives_the_per_array_bits(make, dtype):
         opt.zero_state()
 
     actions = [(6, save), (8, load), (9, lr), (10, reset)]
-    calls = []
-    flat, opt = _run(make, init, grads[:6], flat=True)
-    opt._flat.update = lambda scalars, update=opt._flat.update: (calls.append(1), update(scalars))
-    opt.step(grads[6])
-    assert calls == [1]  # the flat path runs again once the step counts agree
+    from gatfast.optim.flat import FlatMoments
+
+    step_index, flat_steps = [-1], []
+    update = FlatMoments.update
+
+    def counted(self, scalars):
+        flat_steps.append(step_index[0])
+        return update(self, scalars)
+
+    def count_steps(opt):  # from step 0 on: which steps take the flat path
+        step = opt.step
+
+        def numbered(g):
+            step_index[0] += 1
+            return step(g)
+
+        opt.step = numbered
+
+    monkeypatch.setattr(FlatMoments, "update", counted)
+    flat, opt = _run(make, init, grads, flat=True, actions=[(0, count_steps), *actions])
+    assert flat_steps == [0, 1, 2, 5, 6, 7, 8, 9, 10, 11]  # per-array only where a step count lags
     assert np.shares_memory(opt.state[first]["exp_avg"], opt._flat.m)  # the moments are its views
-    flat, opt = _run(make, init, grads, flat=True, actions=actions)
     per_array, opt_ref = _run(make, init, grads, flat=False, actions=actions)
     for k in init:
         assert not np.array_equal(flat[k], init[k])
@@ -505,6 +520,34 @@ def test_flat_step_follows_a_parameter_replaced_in_the_mapping():
     opt.params["b"] = new
     opt.step(grads)
     assert np.all(new != 1.0) and old.tobytes() == kept.tobytes()  # the step went to the array now named
+    assert opt._flat is not False and opt._flat.arrays[1] is new  # buffers laid out again for it
+
+
+def test_flat_step_takes_each_replaced_moment_and_refuses_a_misfit():
+    """A moment replaced in the state (here only the second, to reset it) is copied in on its own, as the
+    per-array path would use it; one of another shape goes to the per-array path, which names it."""
+    init = {"a": np.ones(3, np.float32), "b": np.ones(2, np.float32)}
+    grads = {"a": np.full(3, 0.5, np.float32), "b": np.full(2, -0.5, np.float32)}
+    results = []
+    for flat in (True, False):
+        params = {k: v.copy() for k, v in init.items()}
+        opt = Adam(params, lr=0.1)
+        if not flat:
+            opt._flat = False
+        opt.step(grads)
+        opt.state["a"]["exp_avg_sq"] = np.full(3, 100.0, np.float32)
+        opt.step(grads)
+        results.append((params, opt.state_dict()))
+    (got, got_state), (want, want_state) = results
+    for k in init:
+        assert got[k].tobytes() == want[k].tobytes(), k
+    for k, v in want_state.items():
+        assert np.asarray(got_state[k]).tobytes() == np.asarray(v).tobytes(), k
+    opt = Adam({k: v.copy() for k, v in init.items()}, lr=0.1)
+    opt.step(grads)
+    opt.state["b"]["exp_avg"] = np.zeros(1, np.float32)  # would broadcast into the flat buffer
+    with pytest.raises(ValueError, match="a state_dict of another model"):
+        opt.step(grads)
 
 
 def test_flat_step_is_kept_for_small_parameters():

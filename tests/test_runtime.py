@@ -268,3 +268,26 @@ def test_compiled_or_cached_tells_a_kernel_that_would_compile(tmp_path, monkeypa
     assert _runtime.compiled_or_cached(
         lambda x: x
     )  # not a dispatcher: assumed ready, as before the test existed
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_inside_a_blas_hold_starts_outside_it():
+    with _runtime.blas_single_thread():  # no work given: always a hold
+        assert _runtime._blas_hold.depth == 1
+        pid = os.fork()
+        if pid == 0:  # the child: its own holds must set BLAS again
+            os._exit(0 if getattr(_runtime._blas_hold, "depth", 0) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_network_backward_names_a_foreign_layer_cache():
+    from gatfast.models import GATv2Network
+
+    rng = np.random.default_rng(0)
+    graph = CSRGraph.from_edge_index(rng.integers(0, 300, (2, 1200)), 300)
+    net = GATv2Network(64, 16, 3, num_layers=2, heads=4, seed=0)
+    out, cache = net.forward(graph, rng.standard_normal((300, 64)).astype(np.float32))
+    cache.layer_caches[0] = None  # as an inference pass leaves it
+    with pytest.raises(TypeError, match="cache must be the LayerCache"):
+        net.backward(cache, np.ones_like(out))

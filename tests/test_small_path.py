@@ -138,7 +138,8 @@ def test_output_is_forwards_output_without_a_cache(monkeypatch, cfg, dtype, n):
     "cfg", [dict(heads=4), dict(heads=3, concat=False), dict(heads=2, bias=False)], ids=_id
 )
 @pytest.mark.parametrize("n", [10, small.FEW_ROWS])
-def test_few_wide_rows_take_the_one_call_forward_with_the_general_bits(monkeypatch, cfg, dtype, n):
+@pytest.mark.parametrize("theta_r", ["linear", "pairwise"])
+def test_few_wide_rows_take_the_one_call_forward_with_the_general_bits(monkeypatch, cfg, dtype, n, theta_r):
     """A network's middle layer on one scene (10 x 64 -> 4 x 16): the product is not small, but the
     rows are few, so the forward takes the one call with the dense tile's projections; its output,
     attention and cache give the general path's bits, and its backward is the general one."""
@@ -150,7 +151,7 @@ def test_few_wide_rows_take_the_one_call_forward_with_the_general_bits(monkeypat
     assert not small.is_small(n, 64, layer.heads * 16)
     R = rng.standard_normal((n, layer.out_dim)).astype(dtype)
     calls = count_calls(monkeypatch)
-    (out, cache, grads), (out_g, cache_g, grads_g) = both_paths(monkeypatch, layer, graph, x, R, "linear")
+    (out, cache, grads), (out_g, cache_g, grads_g) = both_paths(monkeypatch, layer, graph, x, R, theta_r)
     assert calls == {"forward": 1, "backward": 0}
     assert out.tobytes() == out_g.tobytes()
     for name in ("xl", "xr", "alpha"):

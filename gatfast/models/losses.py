@@ -106,8 +106,9 @@ def mse_loss(pred, target, mask=None, reduction="mean"):
         raise ValueError("pred must have at least one dimension (rows)")
     V.same_shape(target, "target", pred.shape, "pred")
     diff = pred - target.astype(pred.dtype, copy=False)
-    if mask is None:  # everything selected: no selection pass (the same bits)
+    if mask is None:  # everything selected: no selection pass, the same C-ordered values (the same bits)
         sel, count = None, pred.size
+        diff = np.ascontiguousarray(diff)
     elif np.asarray(mask).dtype == bool and np.asarray(mask).shape == pred.shape:
         sel = np.asarray(mask)
     else:

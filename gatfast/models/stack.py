@@ -31,7 +31,8 @@ class NetworkCache:
     ----------
     layer_caches : list of LayerCache
         ``layer_caches[l]`` is the :class:`~gatfast.LayerCache` of layer ``l``
-        (its ``alpha`` holds that layer's attention).
+        (its ``alpha`` holds that layer's attention; None where an inference
+        pass, ``GATv2Network.output``, kept none).
     masks : list
         ``masks[l]``: the feature-dropout multipliers applied to layer ``l``'s
         input (None when no dropout was drawn; a pair for bipartite input).
@@ -39,7 +40,8 @@ class NetworkCache:
         The values before and after each activation, in layer order.
     slopes : list of ndarray or None
         The activation's derivative at each ``pre`` where the forward pass formed it with the
-        activation (float32 ELU in training), else None.
+        activation (float32 ELU in training: one more array of each hidden layer's size, which
+        spares the backward a second evaluation of ``exp``), else None.
     pool_cache : PoolCache or None
         The readout's pooling cache (None without readout).
     head_mask : ndarray or None
@@ -165,40 +167,55 @@ def stack_forward(net, graph, x, graph_ptr, training, rng, edge_attr, ids=None, 
     drop = training and net.dropout > 0.0
     dense = tuple(not sp.issparse(a) for a in x) if isinstance(x, tuple) else not sp.issparse(x)
     cache = NetworkCache(dense_input=dense, edge_attr_shared=shared)
-    with _runtime.blas_single_thread(_blas_work(net, [g.num_src for g in graphs])):  # once, not per layer
-        h = _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr, keep_cache)
+    work = _blas_work(net, [g.num_src for g in graphs])
+    h = _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr, keep_cache, work)
     cache.out_shape = h.shape
     return h, cache
 
 
 def _blas_work(net, source_rows):
-    """The largest layer product of a pass (rows x inputs x outputs), as a layer measures its own."""
-    return max(rows * layer.in_features_src * layer.heads * layer.out_features
-               for rows, layer in zip(source_rows, net.layers))
+    """The largest layer product of a pass (rows x inputs x outputs), as a layer measures its own;
+    0 (no hold) for rows that are not known (caches a layer will refuse)."""
+    if source_rows is None:
+        return 0
+    return max((rows * layer.in_features_src * layer.heads * layer.out_features
+                for rows, layer in zip(source_rows, net.layers)), default=0)
 
 
-def _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr, keep_cache):
+def _cache_rows(cache):
+    """The source rows of each layer cache, or None where one is not a layer's cache."""
+    rows = []
+    for lc in cache.layer_caches:
+        x_src = getattr(getattr(lc, "inputs", None), "x_src", None)
+        if x_src is None:
+            return None
+        rows.append(x_src.shape[0])
+    return rows
+
+
+def _forward_layers(net, cache, graphs, attrs, x, training, streams, drop, ptr, keep_cache, work):
     """The layers, activations and head of :func:`stack_forward`; the output (``cache`` filled)."""
     h = x
-    for l, layer in enumerate(net.layers):
-        mask, finite = None, True
-        if drop:  # h is the checked input or a checked layer output (see _forward_checked)
-            h, mask, finite = checked_dropout(h, net.dropout, *streams.features(l))
-        out, lc = layer._forward_checked(graphs[l], h, attrs[l], training, streams.attention(l, isinstance(h, tuple)),
-                                         finite, keep_cache)
-        cache.layer_caches.append(lc)
-        cache.masks.append(mask)
-        if net.has_activation(l):
-            if training:  # a training step's backward: the derivative from the same evaluation
-                post, slope = activation_forward_slope(net.activation, out)  # a checked layer output
+    with _runtime.blas_single_thread(work):  # the layers' products: one hold, not one per layer
+        for l, layer in enumerate(net.layers):
+            mask, finite = None, True
+            if drop:  # h is the checked input or a checked layer output (see _forward_checked)
+                h, mask, finite = checked_dropout(h, net.dropout, *streams.features(l))
+            rng = streams.attention(l, isinstance(h, tuple))
+            out, lc = layer._forward_checked(graphs[l], h, attrs[l], training, rng, finite, keep_cache)
+            cache.layer_caches.append(lc)
+            cache.masks.append(mask)
+            if net.has_activation(l):
+                if training:  # a training step's backward: the derivative from the same evaluation
+                    post, slope = activation_forward_slope(net.activation, out)  # a checked layer output
+                else:
+                    post, slope = activation_forward(net.activation, out, check_finite=False), None
+                cache.pre.append(out)
+                cache.post.append(post)
+                cache.slopes.append(slope)
+                h = post
             else:
-                post, slope = activation_forward(net.activation, out, check_finite=False), None
-            cache.pre.append(out)
-            cache.post.append(post)
-            cache.slopes.append(slope)
-            h = post
-        else:
-            h = out
+                h = out
     if net.head is not None:
         h, cache.pool_cache = global_pool(h, ptr, net.readout)
         if drop:
@@ -217,12 +234,10 @@ def _masked(grad, mask):
 
 def stack_backward(net, cache, grad, theta_r, input_grad=True):
     """Every parameter's gradient, ``"x"`` and (with edge features) ``"edge_attr"``."""
-    rows = [lc.inputs.x_src.shape[0] for lc in cache.layer_caches]
-    with _runtime.blas_single_thread(_blas_work(net, rows)):  # once, not per layer
-        return _backward_layers(net, cache, grad, theta_r, input_grad)
+    return _backward_layers(net, cache, grad, theta_r, input_grad, _blas_work(net, _cache_rows(cache)))
 
 
-def _backward_layers(net, cache, grad, theta_r, input_grad):
+def _backward_layers(net, cache, grad, theta_r, input_grad, work):
     grads = {}
     if net.head is not None:
         hg = net.head.backward(cache.head_cache, grad)
@@ -234,22 +249,23 @@ def _backward_layers(net, cache, grad, theta_r, input_grad):
         grad = global_pool_backward(grad, cache.pool_cache)
     act_index = len(cache.pre)
     edge_grads = []
-    for l in range(net.num_layers - 1, -1, -1):
-        if net.has_activation(l):
-            act_index -= 1
-            slope = cache.slopes[act_index] if len(cache.slopes) == len(cache.pre) else None
-            through = None if slope is None else multiply_slope(slope, grad)
-            grad = through if through is not None else activation_backward(
-                net.activation, cache.pre[act_index], cache.post[act_index], grad, check_finite=False
-            )  # what the network made
-        # below the last layer, grad comes from the layer above (see _backward_checked)
-        lg = net.layers[l]._backward_checked(cache.layer_caches[l], grad, theta_r, input_grad or l > 0,
-                                             l < net.num_layers - 1)
-        for k in net.layers[l].params:
-            grads[f"layers.{l}.{k}"] = lg[k]
-        if "edge_attr" in lg:
-            edge_grads.append(lg["edge_attr"])
-        grad = _masked(lg["x"], cache.masks[l])
+    with _runtime.blas_single_thread(work):  # the layers' products: one hold, not one per layer
+        for l in range(net.num_layers - 1, -1, -1):
+            if net.has_activation(l):
+                act_index -= 1
+                slope = cache.slopes[act_index] if len(cache.slopes) == len(cache.pre) else None
+                through = None if slope is None else multiply_slope(slope, grad)
+                grad = through if through is not None else activation_backward(
+                    net.activation, cache.pre[act_index], cache.post[act_index], grad, check_finite=False
+                )  # what the network made
+            # below the last layer, grad comes from the layer above (see _backward_checked)
+            lg = net.layers[l]._backward_checked(cache.layer_caches[l], grad, theta_r, input_grad or l > 0,
+                                                 l < net.num_layers - 1)
+            for k in net.layers[l].params:
+                grads[f"layers.{l}.{k}"] = lg[k]
+            if "edge_attr" in lg:
+                edge_grads.append(lg["edge_attr"])
+            grad = _masked(lg["x"], cache.masks[l])
     ordered = {k: grads[k] for k in net.parameters()}
     dense = cache.dense_input if input_grad else False
     if isinstance(dense, tuple):

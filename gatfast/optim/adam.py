@@ -46,6 +46,8 @@ class Adam(Optimizer):
     def _step_all(self, grads):
         """One kernel call for all parameters (``flat.py``); False where that path does not apply."""
         flat = self.__dict__.get("_flat")
+        if flat is not None and flat is not False and not flat.matches(self.params):
+            flat = None  # the mapping was changed: lay the buffers out again (the moments are copied in)
         if flat is None:
             fits = FlatMoments.applies(self.params, _KERNEL_DTYPES)
             flat = self._flat = FlatMoments(self.params) if fits else False

@@ -85,11 +85,17 @@ class FlatMoments:
         steps = {st.get("step") for st in states}
         if len(steps) != 1 or not all(st for st in states):
             return None
-        for st, m, v in zip(states, self.m_views, self.v_views):
-            if st["exp_avg"] is not m:
-                m[...] = st["exp_avg"]
-                v[...] = st["exp_avg_sq"]
-                st["exp_avg"], st["exp_avg_sq"] = m, v
+        for st, views in zip(states, zip(self.m_views, self.v_views)):
+            for key, view in zip(("exp_avg", "exp_avg_sq"), views):
+                held = st.get(key)
+                # a moment of another shape or dtype: the per-array path names it (no broadcast, no cast)
+                if type(held) is not np.ndarray or held.shape != view.shape or held.dtype != view.dtype:
+                    return None
+        for st, views in zip(states, zip(self.m_views, self.v_views)):
+            for key, view in zip(("exp_avg", "exp_avg_sq"), views):  # each moment on its own
+                if st[key] is not view:
+                    view[...] = st[key]
+                    st[key] = view
         return steps.pop()
 
     def owns(self, state):
@@ -100,16 +106,17 @@ class FlatMoments:
                 return False
         return True
 
+    def matches(self, params):
+        """Whether ``params`` still holds, in order, the arrays these buffers were laid out for."""
+        return len(params) == len(self.arrays) and all(a is b for a, b in zip(params.values(), self.arrays))
+
     def gather(self, params, grads):
-        """Copy the gradients into the flat buffer; False where one does not fit the flat path."""
+        """Copy the gradients into the flat buffer; False where one does not fit the flat path
+        (``params`` must :meth:`match <matches>`)."""
         dtype = self.dtype
         flats = []
-        if len(params) != len(self.arrays):
-            return False
-        for (name, param), own in zip(params.items(), self.arrays):
+        for name, param in params.items():
             g = grads.get(name)
-            if param is not own:  # the mapping was changed after the buffers were laid out
-                return False
             if (
                 type(g) is not np.ndarray
                 or g.dtype != dtype
