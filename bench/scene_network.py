@@ -34,6 +34,7 @@ import time
 
 import numba
 import numpy as np
+import workloads
 from rooflib.cpu import CPU
 
 import gatfast
@@ -49,27 +50,14 @@ def scene(vehicles=10, seed=0):
     return graph.with_self_loops(), x.astype(np.float32), y.astype(np.float32)
 
 
-def network(in_features, outputs, seed=0):
-    """``scene-batch-train``'s network (bench/workloads.py)."""
-    return gatfast.GATv2Network(
-        in_features,
-        16,
-        outputs,
-        num_layers=3,
-        heads=4,
-        out_heads=1,
-        activation="elu",
-        dropout=0.0,
-        attention_dropout=0.0,
-        add_self_loops=False,
-        dtype=np.float32,
-        seed=seed,
-    )
+def network(seed=0):
+    """``scene-batch-train``'s network, as bench/compare.py builds it."""
+    return workloads.make_network(workloads.make_workload("scene-batch-train", "tiny"), seed)
 
 
 def calls(graph, x, y):
     """The timed calls, each on its own network (the training step updates its weights)."""
-    nets = {name: network(x.shape[1], y.shape[1]) for name in ("output", "forward", "train step")}
+    nets = {name: network() for name in ("output", "forward", "train step")}
     opt = Adam(nets["train step"].parameters(), lr=0.01, weight_decay=1e-4)
 
     def step():
