@@ -3,7 +3,7 @@
 __all__ = ["layer_config"]
 
 
-def layer_config(layer):
+def layer_config(self):
     """Return the constructor arguments, except ``seed``.
 
     Returns
@@ -11,21 +11,21 @@ def layer_config(layer):
     dict
         Plain JSON-able values: ``GATv2Layer(**config)`` builds a layer of the same configuration.
     """
-    fill = list(layer.fill_value) if isinstance(layer.fill_value, tuple) else layer.fill_value
+    fill = list(self.fill_value) if isinstance(self.fill_value, tuple) else self.fill_value
     return {
-        "in_features": list(layer.in_features) if layer.bipartite else layer.in_features,
-        "out_features": layer.out_features,
-        "heads": layer.heads,
-        "concat": layer.concat,
-        "negative_slope": layer.negative_slope,
-        "add_self_loops": layer.add_self_loops,
-        "bias": layer.bias,
-        "share_weights": layer.share_weights,
-        "dtype": layer.dtype.name,
-        "dropout": layer.dropout,
-        "residual": layer.residual,
-        "attention_activation": layer.attention_activation,
-        "root_weight": layer.root_weight,
-        "edge_dim": layer.edge_dim,
+        "in_features": list(self.in_features) if self.bipartite else self.in_features,
+        "out_features": self.out_features,
+        "heads": self.heads,
+        "concat": self.concat,
+        "negative_slope": self.negative_slope,
+        "add_self_loops": self.add_self_loops,
+        "bias": self.bias,
+        "share_weights": self.share_weights,
+        "dtype": self.dtype.name,
+        "dropout": self.dropout,
+        "residual": self.residual,
+        "attention_activation": self.attention_activation,
+        "root_weight": self.root_weight,
+        "edge_dim": self.edge_dim,
         "fill_value": fill,
     }

@@ -276,6 +276,7 @@ class GATv2Layer:
         Parameters
         ----------
         graph, x, edge_attr : as in :meth:`forward`
+            The graph, the features and (with ``edge_dim``) the edge features, as ``forward`` takes them.
 
         Returns
         -------
