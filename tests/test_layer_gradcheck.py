@@ -363,3 +363,62 @@ def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
         err = naive.rel_err(grads[name], want)
         assert err < FD_TOL, f"{name}: relative error {err:.2e}"
     assert False in calls and True in calls  # projections and the input gradient took the tile
+
+
+def _bits(grads):
+    return {k: v.view(np.uint8).copy() for k, v in grads.items() if isinstance(v, np.ndarray)}
+
+
+def _assert_same_bits(got, want):
+    assert got.keys() == want.keys()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+@pytest.mark.parametrize("cfg", [dict(heads=2), dict(root_weight="theta_n", residual=True)], ids=_id)
+def test_sparse_features_transpose_is_kept_only_while_x_holds_the_same_bits(cfg):
+    """The layer keeps the transpose of sparse features between steps (Workspace.transposed); a change
+    to the features in place, or new features, must give the gradients of a fresh layer, bit for bit."""
+    rng = np.random.default_rng(13)
+    graph = naive.mixed_graph(rng)
+    dense = rng.standard_normal((graph.num_nodes, 7)) * (rng.random((graph.num_nodes, 7)) < 0.4)
+    R = rng.standard_normal((graph.num_nodes, make_layer(seed=0, in_features=7, **cfg).out_dim))
+
+    def grads(layer, x):
+        return _bits(layer.backward(layer.forward(graph, x)[1], R))
+
+    layer = make_layer(seed=6, in_features=7, **cfg)
+    x = sp.csr_array(dense)
+    first = grads(layer, x)
+    kept = dict(layer._workspace._transposes)
+    assert kept  # something was kept, so the cases below test the check rather than nothing
+    _assert_same_bits(grads(layer, x), first)
+    assert all(layer._workspace._transposes[k][1] is v[1] for k, v in kept.items())  # reused, not rebuilt
+
+    # in place: a value, then the column of an entry (the same nnz and shape)
+    x.data[0] *= 3.0
+    _assert_same_bits(grads(layer, x), grads(make_layer(seed=6, in_features=7, **cfg), x))
+    row0 = x.indices[x.indptr[0] : x.indptr[1]]
+    free = np.setdiff1d(np.arange(7), row0)
+    x.indices[x.indptr[0]] = free[0]
+    x.has_sorted_indices = False
+    _assert_same_bits(grads(layer, x), grads(make_layer(seed=6, in_features=7, **cfg), x))
+    # a new matrix of other values
+    y = sp.csr_array(dense * 2.0)
+    _assert_same_bits(grads(layer, y), grads(make_layer(seed=6, in_features=7, **cfg), y))
+
+
+def test_kept_transpose_compares_values_by_their_bits():
+    from gatfast.layers.workspace import Workspace
+
+    ws = Workspace()
+    x = sp.csr_array(np.array([[0.0, 1.0], [2.0, 0.0]]))
+    x.data[:] = [0.0, 2.0]  # an explicit +0.0 entry
+    first = ws.transposed(x, "x")
+    assert ws.transposed(x, "x") is first
+    x.data[0] = -0.0  # equal to +0.0 under ==, but other bits
+    second = ws.transposed(x, "x")
+    assert second is not first
+    assert np.signbit(second.data).any()
+    z = sp.csr_array(np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]]))  # another shape
+    assert ws.transposed(z, "x").shape == (3, 2)

@@ -20,9 +20,9 @@ from .rowwise import bias_gradient
 __all__ = ["input_side_grads"]
 
 
-def _transposed(x):
-    """``x.T`` in CSR (features by node) for sparse ``x``, else None."""
-    return x.T.tocsr() if sp.issparse(x) else None
+def _transposed(x, ws, key):
+    """``x.T`` in CSR (features by node) for sparse ``x``, kept in ``ws`` under ``key``; None for dense ``x``."""
+    return ws.transposed(x, key) if sp.issparse(x) else None
 
 
 def _one_side(x, x_t, grad, W, with_bias, ws, key, need_x=True):
@@ -58,7 +58,7 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws, need_x=True):
             grads["W_r"], grads["b_r"] = gW_r, gb_r
         grads["W_l"], grads["b_l"] = gW_l, gb_l
         return grads, grad_x
-    x_t = _transposed(x)
+    x_t = _transposed(x, ws, "x")
     if layer.share_weights:
         grad_xl += grad_xr
         grads["W_l"] = weight_grad(grad_xl, x, x_t)
@@ -113,15 +113,15 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws, inpu
         W_l = params["W_l"]
         W_r = W_l if layer.share_weights else params["W_r"]
         gW_l, gb_l, grad_x_src = _one_side(
-            x_src, _transposed(x_src), grad_xl, W_l, layer.bias, ws, "grad_x_src", input_grad)
+            x_src, _transposed(x_src, ws, "x_src"), grad_xl, W_l, layer.bias, ws, "grad_x_src", input_grad)
         gW_r, gb_r, grad_x_dst = _one_side(
-            x_dst, _transposed(x_dst), grad_xr, W_r, layer.bias, ws, "grad_x_dst", input_grad)
+            x_dst, _transposed(x_dst, ws, "x_dst"), grad_xr, W_r, layer.bias, ws, "grad_x_dst", input_grad)
         if layer.share_weights:
             grads = {"W_l": gW_l + gW_r, "b_l": gb_l + gb_r if layer.bias else None}
         else:
             grads = {"W_l": gW_l, "b_l": gb_l, "W_r": gW_r, "b_r": gb_r}
     # only the root and residual weights need it: a transpose costs as much as a product
-    x_dst_t = _transposed(x_dst) if layer.root_weight == "theta_n" or layer.residual else None
+    x_dst_t = _transposed(x_dst, ws, "x_dst") if layer.root_weight == "theta_n" or layer.residual else None
     if layer.root_weight == "theta_n":
         gn = g_heads.reshape(n_dst, H * C)
         grads["W_n"] = weight_grad(gn, x_dst, x_dst_t)

@@ -34,6 +34,7 @@ class Workspace:
     def __init__(self):
         self._arrays = {}
         self._source_targets = None
+        self._transposes = {}
 
     def empty(self, key, shape, dtype):
         """An uninitialised array of ``shape`` and ``dtype``, reused when free."""
@@ -63,7 +64,42 @@ class Workspace:
             self._source_targets = cached = (graph, targets)
         return cached[1]
 
+    def transposed(self, x, key):
+        """``x.T`` in CSR for the CSR matrix ``x``, kept under ``key`` and reused while ``x`` holds the same bits.
+
+        A layer trained on fixed sparse features (Cora's bag of words) needs
+        the same transpose for its weight gradients at every step. Making it
+        took 0.25-0.3 ms of Cora's 7 ms step on a 2-vCPU AMD EPYC, and up to
+        1 ms inside a step with the system allocator; comparing the arrays of
+        ``x`` with the copies kept of the last one takes 0.05-0.07 ms. The
+        comparison is of the bits (indices, pointers and values), so an ``x``
+        changed in place, or a new one with other values, gets a new
+        transpose, never a stale one.
+        """
+        kept = self._transposes.get(key)
+        if kept is not None and _same_csr(kept[0], x):
+            return kept[1]
+        x_t = x.T.tocsr()
+        self._transposes[key] = ((x.shape, x.indptr.copy(), x.indices.copy(), x.data.copy()), x_t)
+        return x_t
+
     def clear(self):
         """Drop every kept array."""
         self._arrays.clear()
         self._source_targets = None
+        self._transposes.clear()
+
+
+def _same_csr(kept, x):
+    """Whether the CSR matrix ``x`` has the shape and the bits of ``kept = (shape, indptr, indices, data)``."""
+    shape, indptr, indices, data = kept
+    arrays = ((indptr, x.indptr), (indices, x.indices), (data, x.data))
+    if x.shape != shape or any(a.dtype != b.dtype or a.shape != b.shape for a, b in arrays):
+        return False
+    # values by their bits: -0.0 == 0.0, but a transpose holding the other zero gives other bits
+    bits = np.dtype(f"u{data.itemsize}")
+    return (
+        np.array_equal(indptr, x.indptr)
+        and np.array_equal(indices, x.indices)
+        and np.array_equal(data.view(bits), x.data.view(bits))
+    )
