@@ -162,6 +162,15 @@ def test_few_wide_rows_take_the_one_call_forward_with_the_general_bits(monkeypat
     assert layer.output(graph, x).tobytes() == out_g.tobytes()
 
 
+def test_few_rows_stay_within_one_chunk_of_the_general_path():
+    """The one-call forward restates the general path's decisions (see ``small._one_call_forward``): its
+    rows must be ones the general path projects as one chunk on the calling thread, or the two paths
+    would still agree on the bits but no longer do the same work on the same thread."""
+    from gatfast.layers import dense
+
+    assert small.FEW_ROWS <= dense.MIN_ROW_CHUNK
+
+
 def test_more_rows_or_narrow_outputs_take_the_general_forward(monkeypatch):
     rng = np.random.default_rng(2)
     calls = count_calls(monkeypatch)
