@@ -376,9 +376,10 @@ def _assert_same_bits(got, want):
 
 
 @pytest.mark.parametrize("cfg", [dict(heads=2), dict(root_weight="theta_n", residual=True)], ids=_id)
-def test_sparse_features_transpose_is_kept_only_while_x_holds_the_same_bits(cfg):
-    """The layer keeps the transpose of sparse features between steps (Workspace.transposed); a change
-    to the features in place, or new features, must give the gradients of a fresh layer, bit for bit."""
+def test_sparse_features_transpose_structure_is_kept_only_while_it_is_the_same(cfg):
+    """The layer keeps the structure of the transpose of sparse features between steps
+    (``Workspace.transposed``) and gathers the values at every call: features changed in place, new values
+    on the same positions (feature dropout) or a new structure must all give a fresh layer's bits."""
     rng = np.random.default_rng(13)
     graph = naive.mixed_graph(rng)
     dense = rng.standard_normal((graph.num_nodes, 7)) * (rng.random((graph.num_nodes, 7)) < 0.4)
@@ -387,38 +388,55 @@ def test_sparse_features_transpose_is_kept_only_while_x_holds_the_same_bits(cfg)
     def grads(layer, x):
         return _bits(layer.backward(layer.forward(graph, x)[1], R))
 
+    def fresh(x):
+        return grads(make_layer(seed=6, in_features=7, **cfg), x)
+
     layer = make_layer(seed=6, in_features=7, **cfg)
     x = sp.csr_array(dense)
     first = grads(layer, x)
-    kept = dict(layer._workspace._transposes)
-    assert kept  # something was kept, so the cases below test the check rather than nothing
+    kept = layer._workspace._transposes
+    assert list(kept) == ["x"]  # one matrix for sources and targets: one kept structure, root terms too
+    entry = kept["x"]
     _assert_same_bits(grads(layer, x), first)
-    assert all(layer._workspace._transposes[k][1] is v[1] for k, v in kept.items())  # reused, not rebuilt
+    assert kept["x"] is entry  # reused, not rebuilt
 
-    # in place: a value, then the column of an entry (the same nnz and shape)
-    x.data[0] *= 3.0
-    _assert_same_bits(grads(layer, x), grads(make_layer(seed=6, in_features=7, **cfg), x))
+    x.data[0] *= 3.0  # a value in place: the same structure, the new value's gradients
+    _assert_same_bits(grads(layer, x), fresh(x))
+    assert kept["x"] is entry
+    y = sp.csr_array(dense * rng.random(dense.shape))  # new values on the same positions (feature dropout)
+    _assert_same_bits(grads(layer, y), fresh(y))
+    assert kept["x"] is entry
     row0 = x.indices[x.indptr[0] : x.indptr[1]]
-    free = np.setdiff1d(np.arange(7), row0)
-    x.indices[x.indptr[0]] = free[0]
+    x.indices[x.indptr[0]] = np.setdiff1d(np.arange(7), row0)[0]  # the column of an entry, in place
     x.has_sorted_indices = False
-    _assert_same_bits(grads(layer, x), grads(make_layer(seed=6, in_features=7, **cfg), x))
-    # a new matrix of other values
-    y = sp.csr_array(dense * 2.0)
-    _assert_same_bits(grads(layer, y), grads(make_layer(seed=6, in_features=7, **cfg), y))
+    _assert_same_bits(grads(layer, x), fresh(x))
+    assert kept["x"] is not entry
+    z = sp.csr_array(dense)
+    z.indices, z.indptr = z.indices.astype(np.int32), z.indptr.astype(np.int32)  # other index dtypes
+    _assert_same_bits(grads(layer, z), fresh(z))
 
 
-def test_kept_transpose_compares_values_by_their_bits():
+def test_kept_transpose_gives_scipys_transpose_bits():
     from gatfast.layers.workspace import Workspace
 
     ws = Workspace()
-    x = sp.csr_array(np.array([[0.0, 1.0], [2.0, 0.0]]))
-    x.data[:] = [0.0, 2.0]  # an explicit +0.0 entry
-    first = ws.transposed(x, "x")
-    assert ws.transposed(x, "x") is first
-    x.data[0] = -0.0  # equal to +0.0 under ==, but other bits
-    second = ws.transposed(x, "x")
-    assert second is not first
-    assert np.signbit(second.data).any()
-    z = sp.csr_array(np.array([[0.0, 1.0, 0.0], [2.0, 0.0, 0.0]]))  # another shape
-    assert ws.transposed(z, "x").shape == (3, 2)
+    # unsorted columns, a duplicate entry, an explicit +0.0 and -0.0: moved by position, never summed
+    data = np.array([1.5, -0.0, 2.0, 0.0, 3.0, 1.0])
+    indices = np.array([2, 0, 2, 1, 0, 2])
+    indptr = np.array([0, 3, 3, 6])
+    for index_dtype in (np.int64, np.int32):
+        x = sp.csr_array((data, indices.astype(index_dtype), indptr.astype(index_dtype)), shape=(3, 4))
+        want = x.T.tocsr()
+        for _ in range(2):  # built, then from the kept structure
+            got = ws.transposed(x, "x")
+            assert got.shape == want.shape
+            assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+            assert got.data.tobytes() == want.data.tobytes()
+        x.data[:] = -x.data  # new values, the kept structure
+        assert ws.transposed(x, "x").data.tobytes() == x.T.tocsr().data.tobytes()
+    square = sp.csr_array((data, indices, indptr), shape=(3, 3))
+    ws.transposed(square, "x")
+    csc = sp.csc_array((data, indices, indptr), shape=(3, 3))  # the same arrays, another matrix
+    np.testing.assert_array_equal(ws.transposed(csc, "x").toarray(), csc.toarray().T)
+    ws.clear()
+    assert not ws._transposes

@@ -18,7 +18,7 @@ features) computes the rows ``[r0, r1)`` and releases the GIL: ``gatfast._runtim
 work, or over chunks of rows on a thread pool. Each row writes only its own
 outputs and every sum runs in a fixed order, so the result is the same bits
 for any thread count. The two kernels are separate functions (sharing the
-softmax and the aggregation) so that a run compiles only the one it uses.
+softmax and ``combine_rows``) so that a run compiles only the one it uses.
 Nothing of size E x C is ever allocated: ``z_ij`` is recomputed per edge.
 All arithmetic stays in the arrays' dtype.
 

@@ -21,7 +21,7 @@ __all__ = ["input_side_grads"]
 
 
 def _transposed(x, ws, key):
-    """``x.T`` in CSR (features by node) for sparse ``x``, kept in ``ws`` under ``key``; None for dense ``x``."""
+    """``x.T`` in CSR (features by node) for sparse ``x``, by ``ws.transposed`` under ``key``; None if dense."""
     return ws.transposed(x, key) if sp.issparse(x) else None
 
 
@@ -120,8 +120,10 @@ def input_side_grads(layer, cache, grad_xl, grad_xr, g_heads, grad_out, ws, inpu
             grads = {"W_l": gW_l + gW_r, "b_l": gb_l + gb_r if layer.bias else None}
         else:
             grads = {"W_l": gW_l, "b_l": gb_l, "W_r": gW_r, "b_r": gb_r}
-    # only the root and residual weights need it: a transpose costs as much as a product
-    x_dst_t = _transposed(x_dst, ws, "x_dst") if layer.root_weight == "theta_n" or layer.residual else None
+    # only the root and residual weights need it (a transpose costs as much as a product); one matrix for
+    # sources and targets ("same") has one kept transpose
+    need_t = layer.root_weight == "theta_n" or layer.residual
+    x_dst_t = _transposed(x_dst, ws, "x" if relation == "same" else "x_dst") if need_t else None
     if layer.root_weight == "theta_n":
         gn = g_heads.reshape(n_dst, H * C)
         grads["W_n"] = weight_grad(gn, x_dst, x_dst_t)

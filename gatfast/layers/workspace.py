@@ -1,10 +1,11 @@
-"""Scratch arrays a layer keeps between calls."""
+"""Scratch arrays a layer keeps between calls, and the structures it derives from its inputs."""
 
 from __future__ import annotations
 
 import sys
 
 import numpy as np
+import scipy.sparse as sp
 
 __all__ = ["Workspace"]
 
@@ -25,6 +26,10 @@ class Workspace:
     it, a view of it or a cache containing it), so results already returned
     are never overwritten. Two arrays per key, because a training loop still
     holds the previous step's cache and output while the next forward runs.
+    Also kept: the target order of the last graph's edges
+    (:meth:`source_targets`) and, per sparse input, the structure of its
+    transpose (:meth:`transposed`), about three times the input's index
+    arrays. :meth:`clear` (``GATv2Layer.clear_workspace``) drops it all.
     Not meant for concurrent calls on one layer from several Python threads.
     """
 
@@ -65,23 +70,41 @@ class Workspace:
         return cached[1]
 
     def transposed(self, x, key):
-        """``x.T`` in CSR for the CSR matrix ``x``, kept under ``key`` and reused while ``x`` holds the same bits.
+        """``x.T`` in CSR for the CSR matrix ``x``, its structure kept under ``key`` and reused while the
+        structure is the same; the values are gathered from ``x`` at every call.
 
-        A layer trained on fixed sparse features (Cora's bag of words) needs
-        the same transpose for its weight gradients at every step. Making it
-        took 0.25-0.3 ms of Cora's 7 ms step on a 2-vCPU AMD EPYC, and up to
-        1 ms inside a step with the system allocator; comparing the arrays of
-        ``x`` with the copies kept of the last one takes 0.05-0.07 ms. The
-        comparison is of the bits (indices, pointers and values), so an ``x``
-        changed in place, or a new one with other values, gets a new
-        transpose, never a stale one.
+        The weight gradients of a layer on sparse features need the transpose
+        at every step, and the features' structure rarely changes: Cora's bag
+        of words, or the same words after feature dropout (new values, the
+        same positions). On Cora (49,216 nonzeros, 2-vCPU AMD EPYC)
+        ``x.T.tocsr()`` took 0.25-0.34 ms of a 7 ms step, up to 1 ms with the
+        system allocator; the kept structure, 0.13-0.21 ms (two comparisons
+        of index arrays and the gather of the values).
+        Kept: copies of ``indptr`` and ``indices`` to compare the next
+        ``x`` with, the transpose's own two, and the position in ``x.data``
+        of each of its values; ``x.T.tocsr()`` moves values by position
+        alone, so gathering ``x.data`` there gives its bits. An ``x`` changed
+        in place or new is compared by its arrays, never by identity.
         """
+        if x.format != "csr":  # the layers pass CSR (check_features); anything else is read as one
+            x = x.tocsr()
         kept = self._transposes.get(key)
-        if kept is not None and _same_csr(kept[0], x):
-            return kept[1]
-        x_t = x.T.tocsr()
-        self._transposes[key] = ((x.shape, x.indptr.copy(), x.indices.copy(), x.data.copy()), x_t)
-        return x_t
+        if kept is None or not _same_structure(kept, x):
+            positions = sp.csr_array(
+                (np.arange(x.indices.size), x.indices, x.indptr), shape=x.shape
+            ).T.tocsr()
+            kept = (
+                x.shape,
+                _frozen(x.indptr),
+                _frozen(x.indices),
+                positions.indptr,
+                positions.indices,
+                _frozen(positions.data),
+            )
+            self._transposes[key] = kept
+        # indptr and indices stay writable: the product kernels take them, and read-only arrays would
+        # be another specialisation to compile; only those kernels, which read them, get them
+        return sp.csr_array((x.data[kept[5]], kept[4], kept[3]), shape=x.shape[::-1], copy=False)
 
     def clear(self):
         """Drop every kept array."""
@@ -90,16 +113,21 @@ class Workspace:
         self._transposes.clear()
 
 
-def _same_csr(kept, x):
-    """Whether the CSR matrix ``x`` has the shape and the bits of ``kept = (shape, indptr, indices, data)``."""
-    shape, indptr, indices, data = kept
-    arrays = ((indptr, x.indptr), (indices, x.indices), (data, x.data))
-    if x.shape != shape or any(a.dtype != b.dtype or a.shape != b.shape for a, b in arrays):
-        return False
-    # values by their bits: -0.0 == 0.0, but a transpose holding the other zero gives other bits
-    bits = np.dtype(f"u{data.itemsize}")
+def _frozen(arr):
+    arr = arr.copy()
+    arr.flags.writeable = False
+    return arr
+
+
+def _same_structure(kept, x):
+    """Whether the CSR matrix ``x`` has the shape, ``indptr`` and ``indices`` (dtypes too) of ``kept``."""
+    shape, indptr, indices = kept[:3]
     return (
-        np.array_equal(indptr, x.indptr)
+        x.format == "csr"
+        and x.shape == shape
+        and all(
+            a.dtype == b.dtype and a.shape == b.shape for a, b in ((indptr, x.indptr), (indices, x.indices))
+        )
+        and np.array_equal(indptr, x.indptr)
         and np.array_equal(indices, x.indices)
-        and np.array_equal(data.view(bits), x.data.view(bits))
     )
