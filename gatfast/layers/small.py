@@ -104,24 +104,24 @@ def _plain(layer):
     )
 
 
-def _one_call_forward(n, in_width, nnz, layer):
+def _one_call_forward(n, nnz, small_product, layer):
     """Whether a plain layer's forward on ``n`` rows and ``nnz`` attention edges takes the one-call
     kernel: a small product, or rows few enough for the general path to run them as one chunk, wide
     enough for its dense tile (whose projections the kernel then computes the same way), and
     attention work it runs on the calling thread too."""
-    width = layer.heads * layer.out_features
-    if is_small(n, in_width, width):
+    if small_product:
         return True
+    width = layer.heads * layer.out_features
     return (
         n <= FEW_ROWS and width * layer.dtype.itemsize >= TILE_BYTES and nnz * width < _runtime.PARALLEL_WORK
     )
 
 
-def _tiles(n, in_width, layer, W_l, b_l, W_r, b_r):
+def _tiles(small_product, layer, W_l, b_l, W_r, b_r):
     """The kernel's ``tiles``: the transposed weights and biases as the general path gives them to the
     dense tile, or empty transposes for a small product."""
     dtype = layer.dtype
-    if is_small(n, in_width, layer.heads * layer.out_features):
+    if small_product:
         none = _NO_TILES.get(dtype)
         if none is None:
             matrix, vector = readonly(np.zeros((0, 0), dtype)), readonly(np.zeros(0, dtype))
@@ -153,9 +153,11 @@ def forward(layer, graph, x, edge_attr, training, keep_cache=True):
         or x.dtype != layer.dtype
         or x.shape != (n, layer.in_features)
         or not x.flags.c_contiguous
-        or not _one_call_forward(n, x.shape[1], graph.nnz + (n if layer.add_self_loops else 0), layer)
-        or not _ready("forward")
     ):
+        return None
+    small_product = is_small(n, x.shape[1], layer.heads * layer.out_features)
+    nnz = graph.nnz + (n if layer.add_self_loops else 0)
+    if not _one_call_forward(n, nnz, small_product, layer) or not _ready("forward"):
         return None
     layer.params.check_shapes()
     attention = graph.with_self_loops() if layer.add_self_loops else graph
@@ -167,7 +169,7 @@ def forward(layer, graph, x, edge_attr, training, keep_cache=True):
     # the cache's own copy (the caller may reuse its array before backward), else a read-only view
     # (the kernel's argument type either way: one compiled kernel)
     x = _read_only(x.copy()) if keep_cache else readonly(x)
-    tiles = _tiles(n, x.shape[1], layer, W_l, b_l, W_r, b_r)
+    tiles = _tiles(small_product, layer, W_l, b_l, W_r, b_r)
     xl = np.empty((n, H, C), dtype)
     xr = np.empty((n, H, C), dtype)
     alpha = np.empty((attention.nnz, H), dtype)

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["Workspace"]
+
+
+class _KeptTranspose(NamedTuple):
+    """What :meth:`Workspace.transposed` keeps of one sparse input."""
+
+    shape: tuple  # of the input
+    indptr: np.ndarray  # copies of the input's, to compare the next input with (read-only)
+    indices: np.ndarray
+    t_indptr: np.ndarray  # the transpose's structure
+    t_indices: np.ndarray
+    positions: np.ndarray  # the index in the input's ``data`` of each of the transpose's values (read-only)
 
 
 def _size(shape):
@@ -93,7 +105,7 @@ class Workspace:
             positions = sp.csr_array(
                 (np.arange(x.indices.size), x.indices, x.indptr), shape=x.shape
             ).T.tocsr()
-            kept = (
+            kept = _KeptTranspose(
                 x.shape,
                 _frozen(x.indptr),
                 _frozen(x.indices),
@@ -102,9 +114,10 @@ class Workspace:
                 _frozen(positions.data),
             )
             self._transposes[key] = kept
-        # indptr and indices stay writable: the product kernels take them, and read-only arrays would
+        # t_indptr and t_indices stay writable: the product kernels take them, and read-only arrays would
         # be another specialisation to compile; only those kernels, which read them, get them
-        return sp.csr_array((x.data[kept[5]], kept[4], kept[3]), shape=x.shape[::-1], copy=False)
+        data = x.data[kept.positions]
+        return sp.csr_array((data, kept.t_indices, kept.t_indptr), shape=x.shape[::-1], copy=False)
 
     def clear(self):
         """Drop every kept array."""
@@ -121,13 +134,9 @@ def _frozen(arr):
 
 def _same_structure(kept, x):
     """Whether the CSR matrix ``x`` has the shape, ``indptr`` and ``indices`` (dtypes too) of ``kept``."""
-    shape, indptr, indices = kept[:3]
+    pairs = ((kept.indptr, x.indptr), (kept.indices, x.indices))
     return (
-        x.format == "csr"
-        and x.shape == shape
-        and all(
-            a.dtype == b.dtype and a.shape == b.shape for a, b in ((indptr, x.indptr), (indices, x.indices))
-        )
-        and np.array_equal(indptr, x.indptr)
-        and np.array_equal(indices, x.indices)
+        x.shape == kept.shape
+        and all(a.dtype == b.dtype and a.shape == b.shape for a, b in pairs)
+        and all(np.array_equal(a, b) for a, b in pairs)
     )
