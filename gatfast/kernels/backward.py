@@ -136,21 +136,6 @@ def gatv2_backward_target_blocks(
                     p_out[i, h, c] *= att[h, c]
 
 
-@njit(inline="always", cache=True)
-def prefetch_source_edge(p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes):
-    """Prefetch the scattered rows the source pass reads for the edge ``ahead`` positions on."""
-    if p + ahead < src_edges.size:
-        edge = src_edges[p + ahead]
-        target = src_targets[p + ahead]
-        edge_bytes = alpha.shape[1] * alpha.itemsize
-        prefetch_row(xr, target, row_bytes)
-        prefetch_row(grad, target, row_bytes)
-        prefetch_row(alpha, edge, edge_bytes)
-        prefetch_row(delta, edge, edge_bytes)
-        if edge_scale.shape[0] > 0:
-            prefetch_row(edge_scale, edge, edge_bytes)
-
-
 @njit(nogil=True, cache=True)
 def gatv2_backward_source_rows(
     j0, j1, src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, ahead, edge_scale, alpha, delta, grad, q_out,
@@ -161,16 +146,18 @@ def gatv2_backward_source_rows(
     and ``src_targets`` (E,) their targets in that same order, so both are
     read sequentially; the scattered rows ``xr[i]``, ``grad[i]``,
     ``alpha[e]``, ``delta[e]`` (and ``edge_scale[e]``) of the edge ``ahead``
-    positions on are prefetched. ``ahead`` None: no prefetch, for graphs
-    whose gathers stay in cache (see ``prefetch.source_pass_ahead``). None is
-    a type of its own, so Numba compiles that case as a separate function
-    without the prefetch code: a prefetch block merely present in the loop
-    (its branch never taken) made it 1.6x slower on cache-resident graphs
-    (small-batch, 32 channels, one thread: 4.3 vs 2.6 ms).
+    positions on are prefetched, a source's edges at once before its sums.
+    ``ahead`` None: no prefetch, for graphs whose gathers stay in cache (see
+    ``prefetch.source_pass_ahead``); None is a type of its own, so Numba
+    compiles that case without the prefetch code. The prefetches are written
+    in the loop, not in an inlined helper: the helper's reference counts
+    (see ``forward.py``) made the pass 3.5x slower at in-degree 256 (32
+    channels, 2 threads, Intel Xeon: 28 vs 8 ns per edge).
     """
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
+    edge_bytes = heads * alpha.itemsize
     dropout = edge_scale.shape[0] > 0
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
@@ -178,10 +165,20 @@ def gatv2_backward_source_rows(
     for j in range(j0, j1):
         lo = src_indptr[j]
         hi = src_indptr[j + 1]
-        # LeakyReLU without prefetch: the channels in whole vectors with the sums in registers (see
-        # edge_sums.py), the rest in the loop below
+        if ahead is not None:  # the scattered rows of the edges `ahead` positions past this source's, in one go
+            for p in range(lo + ahead, min(hi + ahead, src_edges.size)):
+                e = src_edges[p]
+                i = src_targets[p]
+                prefetch_row(xr, i, row_bytes)
+                prefetch_row(grad, i, row_bytes)
+                prefetch_row(alpha, e, edge_bytes)
+                prefetch_row(delta, e, edge_bytes)
+                if dropout:
+                    prefetch_row(edge_scale, e, edge_bytes)
+        # LeakyReLU: the channels in whole vectors with the sums in registers (see edge_sums.py), the
+        # rest in the loop below
         first = 0
-        if ahead is None and leaky:
+        if leaky:
             for h in range(heads):
                 first = source_row_sums(q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta,
                                         edge_scale, lo, hi, slope)
@@ -191,8 +188,6 @@ def gatv2_backward_source_rows(
             for c in range(first, channels):
                 q_out[j, h, c] = zero
         for p in range(lo, hi):
-            if ahead is not None:
-                prefetch_source_edge(p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes)
             e = src_edges[p]
             i = src_targets[p]
             for h in range(heads):

@@ -5,14 +5,14 @@ target pass also writes ``∂L/∂u_ij = W_Eᵀ q_ij`` per edge and the per-bloc
 partial sums of ``∂L/∂W_E = Σ q_ij ⊗ u_ij``, where ``q_ij = ∂L/∂z_ij =
 δ_ij a ⊙ s_ij``. Separate functions from the passes without edge features,
 so a run compiles only the kernels it uses; the shared steps
-(``upstream_delta``, ``prefetch_source_edge``) are the same functions.
+(``upstream_delta``) are the same functions.
 """
 
 import numpy as np
 from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
-from .backward import prefetch_source_edge, upstream_delta
+from .backward import upstream_delta
 from .edge import edge_z
 from .edge_sums import source_edge_row_sums
 from .edge_terms import target_edge_terms
@@ -167,6 +167,7 @@ def gatv2_backward_source_edge_rows(
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
+    edge_bytes = heads * alpha.itemsize
     attr_bytes = u.shape[1] * u.itemsize
     dropout = edge_scale.shape[0] > 0
     zero = xl.dtype.type(0.0)
@@ -176,9 +177,20 @@ def gatv2_backward_source_edge_rows(
     for j in range(j0, j1):
         lo = src_indptr[j]
         hi = src_indptr[j + 1]
-        # LeakyReLU without prefetch: the channels in whole vectors in registers (see edge_sums.py)
+        if ahead is not None:  # as gatv2_backward_source_rows, and u[e]
+            for p in range(lo + ahead, min(hi + ahead, src_edges.size)):
+                e = src_edges[p]
+                i = src_targets[p]
+                prefetch_row(xr, i, row_bytes)
+                prefetch_row(grad, i, row_bytes)
+                prefetch_row(alpha, e, edge_bytes)
+                prefetch_row(delta, e, edge_bytes)
+                prefetch_row(u, e, attr_bytes)
+                if dropout:
+                    prefetch_row(edge_scale, e, edge_bytes)
+        # LeakyReLU: the channels in whole vectors in registers (see edge_sums.py)
         first = 0
-        if ahead is None and leaky:
+        if leaky:
             for h in range(heads):
                 args = (xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT)
                 first = source_edge_row_sums(q_out, j, h, *args, lo, hi, slope)
@@ -188,12 +200,6 @@ def gatv2_backward_source_edge_rows(
             for c in range(first, channels):
                 q_out[j, h, c] = zero
         for p in range(lo, hi):
-            if ahead is not None:
-                prefetch_source_edge(
-                    p, ahead, src_edges, src_targets, xr, grad, alpha, delta, edge_scale, row_bytes
-                )
-                if p + ahead < src_edges.size:
-                    prefetch_row(u, src_edges[p + ahead], attr_bytes)
             e = src_edges[p]
             i = src_targets[p]
             edge_z(zb, xr, i, xl, j, u, weT, e)

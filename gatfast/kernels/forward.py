@@ -30,14 +30,16 @@ at random (p = 0.6) cost more than the work it saved. An overflowed
 ``xl[j]`` gives NaN, with dropout as without, and the layer's output check
 refuses it.
 
-Both kernels run the softmax as :func:`_row_softmax`. The plain kernel
-writes the aggregation loop in its own body, the edge kernel calls it with
-the softmax as :func:`_softmax_aggregate`: the same operations, but LLVM's
-code differed. Measured both ways (one thread, 2-vCPU AMD EPYC, the two
-versions alternating in one process, the same bits): with the aggregation
-in the helper the plain kernel took 1.13-1.16x the time per edge on
-batches of small graphs (1 x 32 channels) and 1.07x at in-degree 16, while
-the edge kernel took 1.17-1.19x the time with it written out.
+Both kernels run the softmax as :func:`_row_softmax` and write the
+aggregation loop in their own bodies. A helper inlined by Numba
+(``inline="always"``) that takes arrays and loops over them copies them into
+new variables, with a reference-count increment and decrement each (atomic
+calls into Numba's runtime) that Numba could not prune out of the row loop:
+the edge kernel, whose softmax and aggregation were such a helper, made 14
+of those calls per row. Written out, it took 0.70x the time on batches of
+small graphs with edge features (1 x 32 channels, 2 threads, Intel Xeon,
+old and new kernels alternating in one process). ``tests/test_kernel_refcounts.py``
+checks that no kernel calls them inside a loop.
 """
 
 import math
@@ -94,6 +96,7 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
     zero = xl.dtype.type(0.0)
+    one = xl.dtype.type(1.0)
     simd = kind == LEAKY_RELU and att.strides[1] == att.itemsize
     # z formed in registers needs contiguous channels in the rows it reads (the layer's buffers)
     in_registers = simd and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize \
@@ -118,7 +121,9 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
                     for c in range(channels):
                         score += att[h, c] * act(zb[0, h, c], kind, slope)
                     alpha[e, h] = score
-        _softmax_aggregate(i, start, end, heads, indices, xl, edge_scale, alpha, out)
+        _row_softmax(alpha, start, end, heads, zero, one)
+        for h in range(heads):
+            combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
 
 
 @njit(inline="always", cache=True)
@@ -138,12 +143,3 @@ def _row_softmax(alpha, start, end, heads, zero, one):
         inv = one / denom
         for e in range(start, end):
             alpha[e, h] = alpha[e, h] * inv
-
-
-@njit(inline="always", cache=True)
-def _softmax_aggregate(i, start, end, heads, indices, xl, edge_scale, alpha, out):
-    """Row ``i``: :func:`_row_softmax`, then ``out[i]`` the aggregation (the edge kernel's form: see the
-    module docstring)."""
-    _row_softmax(alpha, start, end, heads, xl.dtype.type(0.0), xl.dtype.type(1.0))
-    for h in range(heads):
-        combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)

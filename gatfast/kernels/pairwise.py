@@ -24,18 +24,21 @@ def gatv2_pairwise_theta_r_rows(
     ``upstream`` (E, H) holds ``A_ij`` from the target pass. ``u`` (E, D)
     and ``weT`` (H, D, C) add the edge term to ``z_ij``; ``u`` of shape
     (0, D) means no edge features. The slopes ``s_ik`` of a row are
-    computed once (deg x H x C scratch), then every pair costs one
-    multiply-add per channel.
+    computed once (scratch of the rows' largest in-degree x H x C, made once
+    per call), then every pair costs one multiply-add per channel.
     """
     heads = p_out.shape[1]
     channels = p_out.shape[2]
     has_edge = u.shape[0] > 0
     zero = xl.dtype.type(0.0)
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
+    degree = 0
+    for i in range(r0, r1):
+        degree = max(degree, indptr[i + 1] - indptr[i])
+    s = np.empty((degree, heads, channels), dtype=xl.dtype)
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
-        s = np.empty((end - start, heads, channels), dtype=xl.dtype)
         for e in range(start, end):
             j = indices[e]
             if has_edge:
