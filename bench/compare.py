@@ -109,6 +109,20 @@ def parse_args(argv):
     return parser, args
 
 
+def _check_dgl_python(parser, python):
+    """Refuse, before anything runs, a DGL environment whose python cannot import what the DGL worker
+    imports (an environment made by hand without ``bench/setup_dgl_env.sh`` lacks numba, for one)."""
+    import subprocess
+
+    env = dict(os.environ, DGLBACKEND="pytorch")
+    probe = subprocess.run([python, "-c", "import dgl, numba, numpy, scipy, threadpoolctl, torch"],
+                           env=env, capture_output=True, text=True)
+    if probe.returncode != 0:
+        why = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+        parser.error(f"--dgl-python: {python} cannot import the DGL worker's modules ({why}); "
+                     "make the environment with bash bench/setup_dgl_env.sh, or leave DGL out (--libs gatfast,pyg)")
+
+
 def _choose_libs(parser, args):
     from reference import pyg_available
 
@@ -122,6 +136,8 @@ def _choose_libs(parser, args):
     if args.dgl_python is not None:
         if not os.access(args.dgl_python, os.X_OK):
             parser.error(f"--dgl-python: {args.dgl_python} is not an executable")
+        if "dgl" in libs:
+            _check_dgl_python(parser, args.dgl_python)
     elif "dgl" in libs:
         args.dgl_python = default_dgl_python()
         if args.dgl_python is None:

@@ -420,6 +420,18 @@ def test_compare_rejects_bad_options(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_compare_refuses_a_dgl_environment_that_cannot_import_its_modules(tmp_path, capsys):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numba'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    with pytest.raises(SystemExit):
+        compare.main(["--size", "tiny", "--reps", "1", "--libs", "gatfast,dgl", "--dgl-python", str(python),
+                      "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "cannot import" in err and "No module named 'numba'" in err and "setup_dgl_env.sh" in err
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
 def test_compare_with_dgl_end_to_end(tmp_path):
     python = compare.default_dgl_python()
     if python is None:
