@@ -501,3 +501,35 @@ def test_output_keeps_no_layer_cache_and_gives_forwards_bits(monkeypatch, nodes,
     assert got.tobytes() == want.tobytes()
     assert kept == [False] * 3
     assert ds.x.flags.writeable
+
+
+@pytest.mark.parametrize("nodes", [16, 3000])
+@pytest.mark.parametrize("out_features", [1, 8, 17])  # the kernel's vector channels and its tail
+def test_backward_without_input_grad_skips_the_edge_attribute_gradient(nodes, out_features):
+    """With edge features, input_grad=False also leaves out "edge_attr" (its per-edge sums are skipped):
+    every parameter's gradient is the same bits, in the layer and in a network."""
+    rng = np.random.default_rng(5)
+    g = random_graph(rng, nodes, 4 * nodes)
+    x = rng.normal(size=(nodes, 6)).astype(np.float32)
+    attr = rng.normal(size=(g.nnz, 3)).astype(np.float32)
+    layer = GATv2Layer(6, out_features, heads=2, edge_dim=3, seed=1)
+    out, cache = layer.forward(g, x, attr)
+    grad = rng.normal(size=out.shape).astype(out.dtype)
+    full = layer.backward(cache, grad)
+    lean = layer.backward(cache, grad, input_grad=False)
+    assert full["edge_attr"].shape == attr.shape and np.abs(full["edge_attr"]).sum() > 0
+    assert lean["edge_attr"] is None and set(lean) == set(full)
+    for k in layer.params:
+        assert np.array_equal(lean[k], full[k]), k
+    again = layer.backward(cache, grad)  # the skipped pass leaves nothing behind for the next call
+    assert np.array_equal(again["edge_attr"], full["edge_attr"])
+
+    net = GATv2Network(6, 8, 3, num_layers=2, heads=2, edge_dim=3, seed=0)
+    out, cache = net.forward(g, x, edge_attr=attr)
+    grad = rng.normal(size=out.shape).astype(out.dtype)
+    full = net.backward(cache, grad)
+    lean = net.backward(cache, grad, input_grad=False)
+    assert "edge_attr" in full and "edge_attr" not in lean
+    assert set(lean) == set(full) - {"x", "edge_attr"}
+    for k in lean:
+        assert np.array_equal(lean[k], full[k]), k

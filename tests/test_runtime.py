@@ -240,7 +240,7 @@ def test_a_network_holds_blas_once_and_restores_it_even_after_an_error():
             libs = len(blas.lib_controllers)
             assert sets == ([1] * libs + [2] * libs) * 2  # once a pass, not once a layer
 
-            def fail(*args):
+            def fail(*args, **kwargs):
                 raise RuntimeError("inside the pass")
 
             net.layers[0]._backward_checked = fail

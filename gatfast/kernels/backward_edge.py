@@ -47,7 +47,8 @@ def gatv2_backward_target_edge_blocks(
     """``gatv2_backward_target_blocks`` with edge features.
 
     Also writes ``we_part`` (B, H, D, C), the blocks' ``Σ q_ij ⊗ u_ij``, and
-    ``grad_u`` (E, D) = ``W_Eᵀ q_ij``; and, for LeakyReLU unless ``signs``
+    ``grad_u`` (E, D) = ``W_Eᵀ q_ij`` (none when ``grad_u`` has no rows: the
+    attributes' gradient was not asked for); and, for LeakyReLU unless ``signs``
     is None, ``signs`` (E, H, C) uint8 = ``z_ij > 0`` for
     :func:`gatv2_backward_source_sign_rows`.
     """
@@ -59,6 +60,9 @@ def gatv2_backward_target_edge_blocks(
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
+    want_grad_u = grad_u.shape[0] > 0
+    if want_grad_u and grad_u.shape[0] != indptr[n]:
+        raise ValueError("grad_u must have one row per edge, or none")
     if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
         if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
             raise ValueError("signs must have shape (edges, heads, channels)")
@@ -132,7 +136,7 @@ def gatv2_backward_target_edge_blocks(
                         for h in range(heads):
                             for c in range(first, channels):
                                 we_part[b, h, d, c] += qb[0, h, c] * ud
-                for d in range(dims):
+                for d in range(dims if want_grad_u else 0):
                     g = zero
                     for h in range(heads):
                         g += dot3(weT, h, d, qb, 0, h)

@@ -346,9 +346,11 @@ class GATv2Layer:
             Form of the Θ_R term: the O(N)-per-node sum or the paper's
             pairwise O(N²)-per-node sum. Both agree to rounding.
         input_grad : bool, default True
-            False when ``"x"`` is not needed (the first layer of a network
-            in training): the products only it needs are skipped and
-            ``"x"`` may be None. The other gradients are the same bits.
+            False when the inputs' gradients are not needed (the first
+            layer of a network in training): the products only ``"x"``
+            needs are skipped and ``"x"`` may be None; with ``edge_dim``,
+            ``"edge_attr"`` is None and its per-edge sums are skipped. The
+            other gradients are the same bits.
 
         Returns
         -------
@@ -361,9 +363,11 @@ class GATv2Layer:
         """
         return self._backward_checked(cache, grad_out, theta_r, input_grad, False)
 
-    def _backward_checked(self, cache, grad_out, theta_r, input_grad, grad_finite):
+    def _backward_checked(self, cache, grad_out, theta_r, input_grad, grad_finite, edge_grad=None):
         """:meth:`backward`; ``grad_finite`` skips the pass over ``grad_out`` for ``GATv2Network`` below
-        its last layer (the layer above made it; a non-finite one shows in the parameter gradients)."""
+        its last layer (the layer above made it; a non-finite one shows in the parameter gradients).
+        ``edge_grad`` (default: ``input_grad``): whether ``"edge_attr"`` is computed; a network needs
+        ``"x"`` of its upper layers but their attributes' gradient only when it returns one."""
         if not isinstance(cache, LayerCache):
             raise TypeError(f"cache must be the LayerCache returned by forward, got {type(cache).__name__}")
         cache.check_owner(self._token, self)
@@ -383,6 +387,7 @@ class GATv2Layer:
                 return grads
         work = cache.inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
         with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
-            grads = attention_backward(self, cache, checked, pairwise, self._workspace, bool(input_grad))
+            edge_grad = bool(input_grad if edge_grad is None else edge_grad)
+            grads = attention_backward(self, cache, checked, pairwise, self._workspace, bool(input_grad), edge_grad)
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
         return {k: grads[k] for k in keys}

@@ -141,8 +141,9 @@ def uses_source_signs(kind, ahead):
     return ahead is not None and kind == LEAKY_RELU
 
 
-def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
-    """Every gradient of the layer (see ``GATv2Layer.backward``)."""
+def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, edge_grad=True):
+    """Every gradient of the layer (see ``GATv2Layer.backward``); ``edge_grad=False``: no ``"edge_attr"``
+    (None), and the target pass skips ``W_Eᵀ q_ij``."""
     g = cache.graph
     n_dst, n_src = g.shape
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
@@ -180,7 +181,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
             cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     else:
         we_part = ws.empty("we_part", (blocks, H, dims, C), dtype)  # every block zeroes its own
-        grad_u = ws.empty("grad_u", (g.nnz, dims), dtype)
+        grad_u = ws.empty("grad_u", (g.nnz if edge_grad else 0, dims), dtype)
         signs = ws.empty("signs", (g.nnz, H, C), np.uint8) if uses_source_signs(kind, ahead) else None
         _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + (
             u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u,
@@ -198,7 +199,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True):
     if layer.edge_dim is not None:
         we = column_sum(we_part.reshape(blocks, H * dims * C)).reshape(H, dims, C)
         grads["W_e"] = np.ascontiguousarray(we.transpose(0, 2, 1).reshape(H * C, dims))
-        grads["edge_attr"] = edge_attr_grad(layer, cache.inputs, grad_u)
+        grads["edge_attr"] = edge_attr_grad(layer, cache.inputs, grad_u) if edge_grad else None
 
     # p_term and q_term are this call's scratch: update them in place
     grad_xr = p_term.reshape(n_dst, H * C)

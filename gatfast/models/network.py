@@ -385,13 +385,13 @@ class GATv2Network:
         theta_r : {"linear", "pairwise"}, default "linear"
             Form of the Θ_R term in every layer (see ``docs/MATH.md``).
         input_grad : bool, default True
-            False: no ``"x"`` (training needs none), and the products only it needs are skipped.
+            False: no ``"x"``, no ``"edge_attr"`` (training needs neither), nor the work only they need.
 
         Returns
         -------
         grads : dict
             The keys of :meth:`parameters`; ``"x"`` (the input gradient, or a pair) when the input
-            was dense and ``input_grad``; ``"edge_attr"`` with edge features.
+            was dense and ``input_grad``; ``"edge_attr"`` with edge features and ``input_grad``.
         """
         if not isinstance(cache, NetworkCache):
             raise TypeError(f"cache must be the NetworkCache returned by forward, got {type(cache).__name__}")

@@ -260,10 +260,10 @@ def _backward_layers(net, cache, grad, theta_r, input_grad, work):
                 )  # what the network made
             # below the last layer, grad comes from the layer above (see _backward_checked)
             lg = net.layers[l]._backward_checked(cache.layer_caches[l], grad, theta_r, input_grad or l > 0,
-                                                 l < net.num_layers - 1)
+                                                 l < net.num_layers - 1, edge_grad=input_grad)
             for k in net.layers[l].params:
                 grads[f"layers.{l}.{k}"] = lg[k]
-            if "edge_attr" in lg:
+            if lg.get("edge_attr") is not None:
                 edge_grads.append(lg["edge_attr"])
             grad = _masked(lg["x"], cache.masks[l])
     ordered = {k: grads[k] for k in net.parameters()}
