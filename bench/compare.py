@@ -115,8 +115,11 @@ def _check_dgl_python(parser, python):
     import subprocess
 
     env = dict(os.environ, DGLBACKEND="pytorch")
-    probe = subprocess.run([python, "-c", "import dgl, numba, numpy, scipy, threadpoolctl, torch"],
-                           env=env, capture_output=True, text=True)
+    try:
+        probe = subprocess.run([python, "-c", "import dgl, numba, numpy, scipy, threadpoolctl, torch"],
+                               env=env, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        parser.error(f"--dgl-python: {python} could not be run ({err})")
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
         parser.error(f"--dgl-python: {python} cannot import the DGL worker's modules ({why}); "
@@ -136,14 +139,14 @@ def _choose_libs(parser, args):
     if args.dgl_python is not None:
         if not os.access(args.dgl_python, os.X_OK):
             parser.error(f"--dgl-python: {args.dgl_python} is not an executable")
-        if "dgl" in libs:
-            _check_dgl_python(parser, args.dgl_python)
     elif "dgl" in libs:
         args.dgl_python = default_dgl_python()
         if args.dgl_python is None:
             print("no DGL environment found (bash bench/setup_dgl_env.sh, or --dgl-python): no DGL columns",
                   file=sys.stderr)
             libs = [lib for lib in libs if lib != "dgl"]
+    if "dgl" in libs:
+        _check_dgl_python(parser, args.dgl_python)
     return libs
 
 

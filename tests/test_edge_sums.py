@@ -84,7 +84,7 @@ def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
 @pytest.mark.parametrize(("heads", "channels"), CASES)
 @pytest.mark.parametrize("dropout", [False, True])
 def test_source_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dropout):
-    """The vector sums (no prefetch, contiguous) against the plain loop, strided and with prefetch."""
+    """The vector sums (no prefetch, contiguous) against the plain loop (strided), and with prefetch."""
     n = 40
     _, indices, src_indptr, src_edges, src_targets = _graph(channels * 10 + heads, n)
     xl, xr, grad, att, alpha, edge_scale = _inputs(
@@ -126,7 +126,7 @@ def test_source_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
 @pytest.mark.parametrize(("heads", "channels"), CASES)
 @pytest.mark.parametrize("dims", [1, 4])
 def test_source_edge_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dims):
-    """With edge features: the vector sums against the plain loop, strided and with prefetch."""
+    """With edge features: the vector sums against the plain loop (strided), and with prefetch."""
     from gatfast.kernels import gatv2_backward_source_edge_rows
 
     n = 40

@@ -505,9 +505,13 @@ def test_output_keeps_no_layer_cache_and_gives_forwards_bits(monkeypatch, nodes,
 
 @pytest.mark.parametrize("nodes", [16, 3000])
 @pytest.mark.parametrize("out_features", [1, 8, 17])  # the kernel's vector channels and its tail
-def test_backward_without_input_grad_skips_the_edge_attribute_gradient(nodes, out_features):
+@pytest.mark.parametrize("ahead", [None, 16])  # the source pass without prefetch, and with (signs)
+def test_backward_without_input_grad_skips_the_edge_attribute_gradient(monkeypatch, nodes, out_features, ahead):
     """With edge features, input_grad=False also leaves out "edge_attr" (its per-edge sums are skipped):
     every parameter's gradient is the same bits, in the layer and in a network."""
+    import gatfast.layers.passes as passes
+
+    monkeypatch.setattr(passes, "source_pass_ahead", lambda gathered, span: ahead)
     rng = np.random.default_rng(5)
     g = random_graph(rng, nodes, 4 * nodes)
     x = rng.normal(size=(nodes, 6)).astype(np.float32)

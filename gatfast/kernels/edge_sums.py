@@ -10,8 +10,8 @@ at 8 channels per head (Cora's 8 heads x 8) the loops ran scalar, 4-5x
 slower per edge than 2 heads x 32 (one thread, 2-core AMD EPYC). These
 intrinsics run the edge loop per group of 8-channel vectors with the sums in
 registers and store them once, for the channels ``[0, C - C mod 8)`` of one
-head; the kernels do the last ``C mod 8`` channels with their plain loops,
-and the source pass of graphs too large for the cache (its prefetching loop).
+head; the kernels do the last ``C mod 8`` channels with their plain loops
+(and every channel of other activations, or of arrays with strided channels).
 The target pass with edge features has its own intrinsic (``edge_terms.py``).
 On Cora's graph at 8 x 8 (one thread, old and new code alternating in one
 process) the source pass went from 294 to 125 ns per edge and the target

@@ -32,14 +32,15 @@ refuses it.
 
 Both kernels run the softmax as :func:`_row_softmax` and write the
 aggregation loop in their own bodies. A helper inlined by Numba
-(``inline="always"``) that takes arrays and loops over them copies them into
-new variables, with a reference-count increment and decrement each (atomic
-calls into Numba's runtime) that Numba could not prune out of the row loop:
-the edge kernel, whose softmax and aggregation were such a helper, made 14
-of those calls per row. Written out, it took 0.70x the time on batches of
-small graphs with edge features (1 x 32 channels, 2 threads, Intel Xeon,
-old and new kernels alternating in one process). ``tests/test_kernel_refcounts.py``
-checks that no kernel calls them inside a loop.
+(``inline="always"``) copies the arrays it takes into new variables, with a
+reference-count increment and decrement each (atomic calls into Numba's
+runtime); Numba prunes most of them, but not always: the edge kernel, whose
+softmax and aggregation were one helper that called two others, kept 14 of
+those calls per row (``_row_softmax`` alone keeps none). Written out, it
+took 0.70x the time on batches of small graphs with edge features (1 x 32
+channels, 2 threads, Intel Xeon, old and new kernels alternating in one
+process). ``tests/test_kernel_refcounts.py`` checks that no edge kernel
+calls them inside a loop.
 """
 
 import math

@@ -359,7 +359,7 @@ class GATv2Layer:
             (None when ``x`` was sparse; a pair ``(grad_x_src, grad_x_dst)``
             for a bipartite layer); and ``"edge_attr"`` with ``edge_dim``
             (shaped and ordered as the ``edge_attr`` given, the path through
-            the self-loop fill included).
+            the self-loop fill included; None with ``input_grad=False``).
         """
         return self._backward_checked(cache, grad_out, theta_r, input_grad, False)
 
