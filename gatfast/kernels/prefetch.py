@@ -65,7 +65,7 @@ def _row_start(context, builder, signature, args):
     return builder.gep(builder.bitcast(ary.data, i8p), [offset]), intp
 
 
-def _prefetch_lines(context, builder, base, first, stop, intp):
+def _prefetch_lines(builder, base, first, stop, intp):
     """A prefetch for every line from byte ``first`` (intp) while below ``stop``, stepping one line."""
     line = ir.Constant(intp, CACHE_LINE)
     with cgutils.for_range_slice(builder, first, stop, line, intp) as (off, _):
@@ -85,9 +85,8 @@ def _array_row_bytes(*args):
 # a loop whose prefetch branch was never taken.
 
 
-@intrinsic
-def prefetch_row(typingctx, arr, row, row_bytes):
-    """Prefetch the first ``row_bytes`` bytes of ``arr[row]`` (one prefetch per 64-byte step)."""
+def _row_prefetch(arr, row, row_bytes, last_line):
+    """The typing and code of :func:`prefetch_row` (``last_line``: of :func:`prefetch_whole_row`)."""
     if not _array_row_bytes(arr, row, row_bytes):
         return None
     sig = types.void(arr, row, row_bytes)
@@ -95,10 +94,19 @@ def prefetch_row(typingctx, arr, row, row_bytes):
     def codegen(context, builder, signature, args):
         base, intp = _row_start(context, builder, signature, args)
         stop = context.cast(builder, args[2], signature.args[2], types.intp)
-        _prefetch_lines(context, builder, base, ir.Constant(intp, 0), stop, intp)
+        _prefetch_lines(builder, base, ir.Constant(intp, 0), stop, intp)
+        if last_line:
+            with builder.if_then(builder.icmp_signed(">", stop, ir.Constant(intp, 0))):
+                _emit_prefetch(builder, builder.gep(base, [builder.sub(stop, ir.Constant(intp, 1))]))
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def prefetch_row(typingctx, arr, row, row_bytes):
+    """Prefetch the first ``row_bytes`` bytes of ``arr[row]`` (one prefetch per 64-byte step)."""
+    return _row_prefetch(arr, row, row_bytes, last_line=False)
 
 
 @intrinsic
@@ -107,19 +115,7 @@ def prefetch_whole_row(typingctx, arr, row, row_bytes):
 
     An array from malloc starts 16 bytes past a line boundary, so a row of
     256 bytes spans 5 lines, one more than :func:`prefetch_row` asks for."""
-    if not _array_row_bytes(arr, row, row_bytes):
-        return None
-    sig = types.void(arr, row, row_bytes)
-
-    def codegen(context, builder, signature, args):
-        base, intp = _row_start(context, builder, signature, args)
-        stop = context.cast(builder, args[2], signature.args[2], types.intp)
-        _prefetch_lines(context, builder, base, ir.Constant(intp, 0), stop, intp)
-        with builder.if_then(builder.icmp_signed(">", stop, ir.Constant(intp, 0))):
-            _emit_prefetch(builder, builder.gep(base, [builder.sub(stop, ir.Constant(intp, 1))]))
-        return context.get_dummy_value()
-
-    return sig, codegen
+    return _row_prefetch(arr, row, row_bytes, last_line=True)
 
 
 @intrinsic
@@ -144,7 +140,7 @@ def prefetch_span(typingctx, arr, lo, hi, max_bytes):
         end = builder.select(builder.icmp_signed("<", end, capped), end, capped)
         last = builder.sub(end, ir.Constant(intp, 1))
         base = builder.bitcast(ary.data, ir.IntType(8).as_pointer())
-        _prefetch_lines(context, builder, base, first, last, intp)
+        _prefetch_lines(builder, base, first, last, intp)
         with builder.if_then(builder.icmp_signed(">=", last, first)):
             _emit_prefetch(builder, builder.gep(base, [last]))
         return context.get_dummy_value()
