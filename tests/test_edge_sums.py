@@ -124,7 +124,7 @@ def test_source_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4])
+@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
 def test_source_edge_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dims):
     """With edge features: the vector sums against the plain loop (strided), and with prefetch."""
     from gatfast.kernels import gatv2_backward_source_edge_rows
@@ -158,7 +158,7 @@ def test_source_edge_pass_gives_the_same_bits_with_and_without_the_vector_sums(d
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4])
+@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
 def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(dtype, heads, channels, dims):
     """Contiguous outputs take ``target_edge_terms``; a strided ``p_out`` makes it step aside for the loops."""
     from gatfast.kernels import gatv2_backward_target_edge_blocks
@@ -266,7 +266,7 @@ def test_the_target_pass_refuses_signs_it_would_not_write_whole():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4])
+@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
 def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads, channels, dims):
     """``gatv2_backward_source_sign_rows`` against the edge source pass that forms ``z`` (both prefetch)."""
     from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_backward_source_sign_rows
@@ -307,7 +307,7 @@ def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads,
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4])
+@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
 def test_forward_edge_scores_formed_in_registers_give_the_scratch_rows_bits(dtype, heads, channels, dims):
     """``simd.leaky_edge_score`` (contiguous rows) against ``edge_z`` + ``leaky_dot`` (strided ``xl``)."""
     from gatfast.kernels import gatv2_forward_edge_rows
@@ -333,3 +333,35 @@ def test_forward_edge_scores_formed_in_registers_give_the_scratch_rows_bits(dtyp
     assert not np.isnan(alpha).any() and not np.isnan(out).any()
     assert alpha.tobytes() == alpha_s.tobytes()
     np.testing.assert_array_equal(out, out_s)  # the aggregation reads xl in two layouts: same values
+
+
+def test_target_edge_pass_refuses_edge_arrays_of_other_shapes():
+    """``grad_u`` and ``weT`` are read and written without bounds checks: their shapes are checked first."""
+    from gatfast.kernels import gatv2_backward_target_edge_blocks
+
+    n, heads, channels, dims, dtype = 12, 1, 8, 3, np.float64
+    indptr, indices, *_ = _graph(1, n)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(2, n, indices.size, heads, channels, dtype, False)
+    u = np.ones((indices.size, dims), dtype)
+
+    def run(weT, grad_u):
+        gatv2_backward_target_edge_blocks(
+            0, 1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
+            alpha, grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)),
+            np.empty((n, heads, channels)), np.empty((1, heads, channels)), np.empty((1, heads, dims, channels)),
+            grad_u, None,
+        )  # fmt: skip
+
+    good_weT, good_grad_u = np.ones((heads, dims, channels)), np.empty((indices.size, dims))
+    run(good_weT, good_grad_u)
+    run(good_weT, good_grad_u[:0])  # no attribute gradient asked for
+    for weT in (
+        np.ones((heads, dims + 1, channels)),
+        np.ones((heads, dims, channels - 1)),
+        np.ones((2, dims, channels)),
+    ):
+        with pytest.raises(ValueError, match="weT must have shape"):
+            run(weT, good_grad_u)
+    for grad_u in (np.empty((indices.size, dims + 1)), np.empty((indices.size - 1, dims))):
+        with pytest.raises(ValueError, match="grad_u must have one row per edge"):
+            run(good_weT, grad_u)

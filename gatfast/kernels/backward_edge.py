@@ -15,7 +15,7 @@ from .activations import LEAKY_RELU, act, act_slope
 from .backward import upstream_delta
 from .edge import edge_z
 from .edge_sums import source_edge_row_sums
-from .edge_terms import target_edge_terms
+from .edge_terms import attribute_grads, target_edge_terms
 from .prefetch import prefetch_row
 from .simd import dot3
 
@@ -61,8 +61,10 @@ def gatv2_backward_target_edge_blocks(
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
     want_grad_u = grad_u.shape[0] > 0
-    if want_grad_u and grad_u.shape[0] != indptr[n]:
-        raise ValueError("grad_u must have one row per edge, or none")
+    if want_grad_u and (grad_u.shape[0] != indptr[n] or grad_u.shape[1] != dims):
+        raise ValueError("grad_u must have one row per edge and one column per attribute, or no rows")
+    if weT.shape[0] != heads or weT.shape[1] != dims or weT.shape[2] != channels:
+        raise ValueError("weT must have shape (heads, attributes, channels)")
     if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
         if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
             raise ValueError("signs must have shape (edges, heads, channels)")
@@ -136,11 +138,12 @@ def gatv2_backward_target_edge_blocks(
                         for h in range(heads):
                             for c in range(first, channels):
                                 we_part[b, h, d, c] += qb[0, h, c] * ud
-                for d in range(dims if want_grad_u else 0):
-                    g = zero
-                    for h in range(heads):
-                        g += dot3(weT, h, d, qb, 0, h)
-                    grad_u[e, d] = g
+                if want_grad_u and not attribute_grads(grad_u, e, weT, qb):
+                    for d in range(dims):
+                        g = zero
+                        for h in range(heads):
+                            g += dot3(weT, h, d, qb, 0, h)
+                        grad_u[e, d] = g
             for h in range(heads):
                 for c in range(channels):
                     p_out[i, h, c] *= att[h, c]

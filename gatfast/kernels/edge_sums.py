@@ -40,7 +40,7 @@ from .ir_parts import (
     times_scale,
     vector_groups,
 )
-from .simd import LANES, load_vector, row_pointer, splat
+from .simd import LANES, add_edge_terms, load_vector, row_pointer, splat
 
 TARGET_GROUP = 2  # vectors at once; two sums each
 SOURCE_GROUP = 4  # 4 sums and the xl and att rows they reuse: float64 spills some on AVX2, float32 fits
@@ -171,7 +171,6 @@ def _source_codegen(vectorised, with_edges):
         has_scale = builder.icmp_signed(
             ">", builder.extract_value(arr["edge_scale"].shape, 0), ir.Constant(intp, 0)
         )
-        dims = builder.extract_value(arr["u"].shape, 1) if with_edges else None
         unit = cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0))
 
         def pre_activations(e, i, ls, offsets):
@@ -180,15 +179,7 @@ def _source_codegen(vectorised, with_edges):
             zs = [builder.fadd(load_vector(builder, r_row, off, vec_ty), l) for l, off in zip(ls, offsets)]
             if not with_edges:
                 return zs
-            slots = [cgutils.alloca_once_value(builder, z) for z in zs]
-            with cgutils.for_range(builder, dims) as loop:
-                d = loop.index
-                ud = splat(builder, builder.load(element_pointer(builder, arr["u"], [e, d])), vec_ty)
-                w_row = row_pointer(builder, arr["weT"], h, d)
-                for slot, off in zip(slots, offsets):
-                    term = builder.fmul(load_vector(builder, w_row, off, vec_ty), ud)
-                    builder.store(builder.fadd(builder.load(slot), term), slot)
-            return [builder.load(slot) for slot in slots]
+            return add_edge_terms(builder, arr["u"], arr["weT"], e, h, zs, offsets, vec_ty)
 
         def vectors(base, count):
             offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]

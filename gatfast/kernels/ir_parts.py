@@ -38,21 +38,27 @@ def times_scale(builder, w, has_scale, scale_pointer, unit):
     return builder.fmul(w, builder.load(builder.select(has_scale, scale_pointer, unit)))
 
 
+def index_groups(builder, intp, count, group, body):
+    """Call ``body(start, k)`` for the indices ``[0, count)``: blocks of ``k = group``, then ``k = 1`` each."""
+    width = ir.Constant(intp, group)
+    groups = builder.udiv(count, width)
+    with cgutils.for_range(builder, groups) as loop:
+        body(builder.mul(loop.index, width), group)
+    done = builder.mul(groups, width)
+    with cgutils.for_range(builder, count, start=done) as loop:
+        body(loop.index, 1)
+
+
 def vector_groups(builder, intp, channels, group, body):
     """Call ``body(base, count)`` for the channels in whole vectors: groups of ``group``, then one at a time.
 
     ``body`` emits the code for the channels ``[base, base + 8 count)``.
     Returns the first channel left over (``C - C mod 8``).
     """
-    group_width = ir.Constant(intp, group * LANES)
-    groups = builder.udiv(channels, group_width)
-    with cgutils.for_range(builder, groups) as loop:
-        body(builder.mul(loop.index, group_width), group)
-    done = builder.mul(groups, group_width)
-    singles = builder.udiv(builder.sub(channels, done), ir.Constant(intp, LANES))
-    with cgutils.for_range(builder, singles) as loop:
-        body(builder.add(done, builder.mul(loop.index, ir.Constant(intp, LANES))), 1)
-    return builder.add(done, builder.mul(singles, ir.Constant(intp, LANES)))
+    lanes = ir.Constant(intp, LANES)
+    vectors = builder.udiv(channels, lanes)
+    index_groups(builder, intp, vectors, group, lambda start, count: body(builder.mul(start, lanes), count))
+    return builder.mul(vectors, lanes)
 
 
 def arrays_ok(arrays, ndims):

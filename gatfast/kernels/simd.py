@@ -24,6 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 LANES = 8
+EDGE_SCORE_GROUP = 4  # vectors of z formed side by side in leaky_edge_score
 
 
 def row_pointer(builder, ary, row, h):
@@ -41,7 +42,7 @@ def load_vector(builder, ptr, index, vec_ty):
     return builder.load(builder.bitcast(p, vec_ty.as_pointer()), align=1)
 
 
-def _hsum(builder, vec):
+def hsum(builder, vec):
     """Sum the 8 lanes in the fixed order described in the module docstring."""
     i32 = ir.IntType(32)
 
@@ -58,16 +59,30 @@ def _check_3d(*arrays):
     return all(isinstance(a, types.Array) and a.ndim == 3 and isinstance(a.dtype, types.Float) for a in arrays)
 
 
-def _reduction(context, builder, lanes_body, tail_body, channels, fty):
-    """Vector loop over full 8-lane chunks, fixed-tree horizontal sum, then the scalar tail."""
+def _reduction(context, builder, lanes_body, tail_body, channels, fty, group_body=None, group=1):
+    """Vector loop over full 8-lane chunks, fixed-tree horizontal sum, then the scalar tail.
+
+    With ``group_body``, the chunks go first in groups of ``group``:
+    ``group_body(base, vec_ty)`` returns the group's ``group`` vectors, added
+    to the sum in chunk order (the same order as one chunk at a time), so a
+    body can interleave the groups' independent work.
+    """
     intp = context.get_value_type(types.intp)
     vec_ty = ir.VectorType(fty, LANES)
     acc = cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None))
     chunks = builder.udiv(channels, ir.Constant(intp, LANES))
-    with cgutils.for_range(builder, chunks) as loop:
+    first_single = ir.Constant(intp, 0)
+    if group_body is not None:
+        groups = builder.udiv(chunks, ir.Constant(intp, group))
+        with cgutils.for_range(builder, groups) as loop:
+            base = builder.mul(loop.index, ir.Constant(intp, group * LANES))
+            for vec in group_body(base, vec_ty):
+                builder.store(builder.fadd(builder.load(acc), vec), acc)
+        first_single = builder.mul(groups, ir.Constant(intp, group))
+    with cgutils.for_range(builder, chunks, start=first_single) as loop:
         base = builder.mul(loop.index, ir.Constant(intp, LANES))
         builder.store(builder.fadd(builder.load(acc), lanes_body(base, vec_ty)), acc)
-    total = cgutils.alloca_once_value(builder, _hsum(builder, builder.load(acc)))
+    total = cgutils.alloca_once_value(builder, hsum(builder, builder.load(acc)))
     tail_start = builder.mul(chunks, ir.Constant(intp, LANES))
     with cgutils.for_range(builder, channels, start=tail_start) as loop:
         builder.store(builder.fadd(builder.load(total), tail_body(loop.index)), total)
@@ -154,6 +169,29 @@ def splat(builder, value, vec_ty):
     for k in range(LANES):
         vec = builder.insert_element(vec, value, i32(k))
     return vec
+
+
+def add_edge_terms(builder, u, weT, e, h, zs, offsets, vec_ty):
+    """``zs[v] + Σ_d weT[h, d, offsets[v]:offsets[v] + 8] * u[e, d]``, ``d`` in order: ``edge.py``'s ``z``.
+
+    ``u`` and ``weT`` are Numba array structures, ``weT`` with contiguous
+    channels. The loop over ``d`` is the outer one, so the vectors' chains
+    of dependent adds run side by side: one vector at a time, an edge waited
+    for D adds in a row per vector.
+    """
+    i8p = ir.IntType(8).as_pointer()
+    u_strides = [builder.extract_value(u.strides, axis) for axis in (0, 1)]
+    slots = [cgutils.alloca_once_value(builder, z) for z in zs]
+    with cgutils.for_range(builder, builder.extract_value(u.shape, 1)) as loop:
+        d = loop.index
+        offset = builder.add(builder.mul(e, u_strides[0]), builder.mul(d, u_strides[1]))
+        ud_pointer = builder.bitcast(builder.gep(builder.bitcast(u.data, i8p), [offset]), u.data.type)
+        ud = splat(builder, builder.load(ud_pointer), vec_ty)
+        w_row = row_pointer(builder, weT, h, d)
+        for slot, off in zip(slots, offsets):
+            term = builder.fmul(load_vector(builder, w_row, off, vec_ty), ud)
+            builder.store(builder.fadd(builder.load(slot), term), slot)
+    return [builder.load(slot) for slot in slots]
 
 
 @intrinsic
@@ -266,30 +304,46 @@ def leaky_edge_score(typingctx, att, xr, i, xl, j, u, weT, e, h, slope):
             pointer = builder.gep(builder.bitcast(arr_u.data, i8p), [offset])
             return builder.load(builder.bitcast(pointer, arr_u.data.type))
 
-        def pre_activation(first, load, wrap):
-            """``z`` at ``first`` (a vector with ``load``/``wrap`` for vectors, a scalar otherwise)."""
-            z = cgutils.alloca_once_value(builder, builder.fadd(load(pr, first), load(pl, first)))
+        def pre_activation(c):
+            """``z`` of channel ``c`` (the scalar tail)."""
+            z = cgutils.alloca_once_value(
+                builder, builder.fadd(builder.load(builder.gep(pr, [c])), builder.load(builder.gep(pl, [c])))
+            )
             with cgutils.for_range(builder, dims) as loop:
-                w = load(row_pointer(builder, arr_w, h, loop.index), first)
-                builder.store(builder.fadd(builder.load(z), builder.fmul(w, wrap(attribute(loop.index)))), z)
+                w = builder.load(builder.gep(row_pointer(builder, arr_w, h, loop.index), [c]))
+                builder.store(builder.fadd(builder.load(z), builder.fmul(w, attribute(loop.index))), z)
             return builder.load(z)
 
         def leaky(z, zero, slope_v):
             positive = builder.fcmp_ordered(">", z, zero)
             return builder.select(positive, z, builder.fmul(slope_v, z))
 
-        def lanes(base, vec_ty):
-            zv = pre_activation(
-                base, lambda p, c: load_vector(builder, p, c, vec_ty), lambda s: splat(builder, s, vec_ty)
-            )
-            act = leaky(zv, ir.Constant(vec_ty, None), splat(builder, slope, vec_ty))
-            return builder.fmul(load_vector(builder, pa, base, vec_ty), act)
+        def terms(offsets, vec_ty):
+            """``att * LeakyReLU(z)`` of the vectors at ``offsets``, their ``z`` formed side by side."""
+            zs = [
+                builder.fadd(load_vector(builder, pr, off, vec_ty), load_vector(builder, pl, off, vec_ty))
+                for off in offsets
+            ]
+            slope_v = splat(builder, slope, vec_ty)
+            zs = add_edge_terms(builder, arr_u, arr_w, e, h, zs, offsets, vec_ty)
+            zero_v = ir.Constant(vec_ty, None)
+            return [
+                builder.fmul(load_vector(builder, pa, off, vec_ty), leaky(z, zero_v, slope_v))
+                for z, off in zip(zs, offsets)
+            ]
+
+        def group(base, vec_ty):
+            offsets = [builder.add(base, ir.Constant(base.type, v * LANES)) for v in range(EDGE_SCORE_GROUP)]
+            return terms(offsets, vec_ty)
 
         def tail(c):
-            z = pre_activation(c, lambda p, k: builder.load(builder.gep(p, [k])), lambda s: s)
+            z = pre_activation(c)
             act = leaky(z, ir.Constant(fty, 0.0), slope)
             return builder.fmul(builder.load(builder.gep(pa, [c])), act)
 
-        return _reduction(context, builder, lanes, tail, channels, fty)
+        def lanes(base, vec_ty):
+            return terms([base], vec_ty)[0]
+
+        return _reduction(context, builder, lanes, tail, channels, fty, group, EDGE_SCORE_GROUP)
 
     return sig, codegen
