@@ -17,7 +17,7 @@ def in_order(a, b, bias, c, accumulate):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("width", [1, 7, 8, 9, 16, 17, 33, 64])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 16, 17, 33, 48, 64, 120])  # 120: every tile width, then scalars
 @pytest.mark.parametrize("depth", [0, 1, 7, 16, 33])
 def test_matmul_rows_follows_its_order_of_operations(dtype, width, depth):
     rng = np.random.default_rng(width * 100 + depth)

@@ -344,7 +344,7 @@ def test_sparse_features_match_dense(cfg):
 @pytest.mark.parametrize("in_features", [9, 17])
 def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
     """A layer big enough for the general path, so that its projections and input gradient run
-    through the Numba tile (``kernels/gemm.py``, 8 float64 columns per vector pair)."""
+    through the Numba tile (``kernels/gemm.py``: 4 or 8 float64 columns per vector)."""
     import gatfast.layers.dense as dense
 
     calls = []
