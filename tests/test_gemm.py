@@ -17,7 +17,9 @@ def in_order(a, b, bias, c, accumulate):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("width", [1, 7, 8, 9, 16, 17, 33, 48, 64, 120])  # 120: every tile width, then scalars
+@pytest.mark.parametrize(
+    "width", [1, 7, 8, 9, 16, 17, 33, 48, 64, 120]
+)  # 120: every tile width, then scalars
 @pytest.mark.parametrize("depth", [0, 1, 7, 16, 33])
 def test_matmul_rows_follows_its_order_of_operations(dtype, width, depth):
     rng = np.random.default_rng(width * 100 + depth)
@@ -71,3 +73,26 @@ def test_narrow_or_strided_outputs_stay_with_blas():
     assert tiled(x.astype(np.float64), np.empty((10, 8)))  # a float64 tile is 8 wide
     assert not tiled(x, np.empty((10, 32), np.float32)[:, ::2])
     assert not tiled(x, np.empty((10, 32), np.float64))
+
+
+def test_vector_width_follows_the_cpu_numba_compiles_for(monkeypatch):
+    """AVX-512 registers only where Numba's target has AVX-512: a named target (a portable cache) or
+    features without it get the AVX2 width, which runs everywhere."""
+    import llvmlite.binding as llvm
+    from numba.core import config
+
+    from gatfast.kernels import gemm
+
+    monkeypatch.setattr(config, "CPU_NAME", None)
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    assert gemm.compiles_for_avx512() == bool(llvm.get_host_cpu_features().get("avx512f", False))
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,+avx512f,+avx512bw")
+    assert gemm.compiles_for_avx512()
+    monkeypatch.setattr(config, "CPU_FEATURES", "+avx2,+fma,-avx512f")
+    assert not gemm.compiles_for_avx512()
+    monkeypatch.setattr(config, "CPU_FEATURES", None)
+    monkeypatch.setattr(config, "CPU_NAME", "haswell")
+    assert not gemm.compiles_for_avx512()
+    monkeypatch.setattr(config, "CPU_NAME", "host")
+    assert gemm.compiles_for_avx512() == bool(llvm.get_host_cpu_features().get("avx512f", False))
+    assert gemm.VECTOR_BYTES == (64 if gemm.WIDE else 32)
