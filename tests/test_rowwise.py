@@ -94,6 +94,32 @@ def test_add_bias_finite_on_the_pool_finds_nan_and_inf_in_any_chunk(threads):
         assert add_bias_finite(base.copy(), None)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 17, 33, 64])
+def test_add_bias_finite_in_one_pass_adds_like_numpy_and_finds_every_nan_and_inf(dtype, width):
+    """Below the pool's threshold: one kernel adds and checks (each column's running ``Σ (v - v)``)."""
+    rows = 37
+    info = np.finfo(dtype)
+    base = spread((rows, width), dtype, width + 2)
+    base[0, 0], base[-1, -1] = info.max, -0.0  # the largest finite value and a signed zero stay finite
+    bias = spread(width, dtype, width + 3)
+    bias[0] = 0.0
+    for b in (bias, None):
+        out = base.copy()
+        want = out + b if b is not None else out.copy()
+        assert add_bias_finite(out, b)
+        assert out.tobytes() == want.tobytes()
+    for row, col in ((0, 0), (rows // 2, width // 2), (rows - 1, width - 1)):
+        for bad in (np.nan, np.inf, -np.inf):
+            for b in (bias, None):
+                out = base.copy()
+                out[row, col] = bad
+                assert not add_bias_finite(out, b)
+    over = bias.copy()
+    over[0] = info.max  # finite values whose sum overflows
+    assert not add_bias_finite(base.copy(), over)
+
+
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_all_finite_on_the_pool_finds_nan_and_inf_in_any_chunk(threads, dtype):

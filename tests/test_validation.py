@@ -282,6 +282,36 @@ def test_backward_rejects_non_finite_grad_out_and_bad_options(layer, graph, x):
         layer.backward((out, cache), np.ones_like(out))
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_general_path_finds_non_finite_grad_out_with_or_without_the_bias_sums(monkeypatch, bias):
+    """With a bias, the check comes from the bias gradient's column sums; a sum that overflows on finite
+    values is no error (the element-wise check clears it), and the bias gradient is numpy's column sum."""
+    import gatfast.layers.small as small
+    from gatfast.layers.rowwise import bias_gradient
+
+    monkeypatch.setattr(small, "ENABLED", False)
+    rng = np.random.default_rng(3)
+    g = CSRGraph.from_scipy(
+        sp.random(40, 40, density=0.2, random_state=3, format="csr") + sp.eye(40), rows="targets"
+    )
+    lay = GATv2Layer(5, 4, heads=2, bias=bias, dtype=np.float32, seed=1)
+    out, cache = lay.forward(g, rng.standard_normal((40, 5)).astype(np.float32))
+    for row, col in ((0, 0), (17, 3), (39, 7)):
+        for value in (np.nan, np.inf, -np.inf):
+            bad = np.ones_like(out)
+            bad[row, col] = value
+            with pytest.raises(ValueError, match="grad_out must be finite"):
+                lay.backward(cache, bad)
+    grad = rng.standard_normal(out.shape).astype(np.float32)
+    grads = lay.backward(cache, grad)
+    if bias:
+        assert grads["bias"].tobytes() == bias_gradient(grad).tobytes()
+        grad[:2, 0] = np.finfo(np.float32).max  # finite, but their column's sum overflows
+        with np.errstate(over="ignore"):
+            grads = lay.backward(cache, grad)
+        assert grads["bias"][0] == np.inf and np.isfinite(grads["bias"][1:]).all()
+
+
 # ---------------------------------------------------------------------- nothing modified in place
 
 

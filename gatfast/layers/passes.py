@@ -141,9 +141,9 @@ def uses_source_signs(kind, ahead):
     return ahead is not None and kind == LEAKY_RELU
 
 
-def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, edge_grad=True):
+def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, edge_grad=True, bias_grad=None):
     """Every gradient of the layer (see ``GATv2Layer.backward``); ``edge_grad=False``: no ``"edge_attr"``
-    (None), and the target pass skips ``W_Eᵀ q_ij``."""
+    (None), and the target pass skips ``W_Eᵀ q_ij``; ``bias_grad``: the output bias's gradient, if made already."""
     g = cache.graph
     n_dst, n_src = g.shape
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
@@ -157,7 +157,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
         g_heads = ws.empty("g_heads", (n_dst, H, C), dtype)
         np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
     if layer.bias:
-        grads["bias"] = bias_gradient(grad_out)
+        grads["bias"] = bias_gradient(grad_out) if bias_grad is None else bias_grad
 
     kind, slope = layer.constants.kind, layer.constants.slope
     weT = readonly(_edge_weights(layer, params))

@@ -14,20 +14,21 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _runtime
-from .._validate import all_finite
+from .._validate import NonFiniteError, all_finite
 from ..kernels import column_sum, readonly
-from ..kernels.reduce import add_bias_rows
+from ..kernels.reduce import add_bias_rows_finite
 from .dense import add_bias, bias_rows_fit
 
-__all__ = ["BIAS_CHUNK", "COLUMN_BLOCK_ROWS", "add_bias_finite", "bias_gradient"]
+__all__ = ["BIAS_CHUNK", "COLUMN_BLOCK_ROWS", "add_bias_finite", "bias_gradient", "checked_bias_gradient"]
 
-#: Elements per chunk of the bias-and-check pass: the check reads the chunk while the bias add has just left it
-#: in the core's L2 cache (512 KiB of float32).
+#: Elements per chunk of the bias-and-check pass on the thread pool (512 KiB of float32).
 BIAS_CHUNK = 1 << 17
 
 #: Rows per block of a bias gradient: each block is summed row after row, then the block sums are added in
 #: block order. Up to this many rows that is one block, the plain row-by-row sum (numpy's ``sum(axis=0)`` bits).
 COLUMN_BLOCK_ROWS = 8192
+
+_NO_BIAS = {np.dtype(t).char: readonly(np.zeros(0, t)) for t in (np.float32, np.float64)}
 
 
 def _run(task, chunks, arr):
@@ -40,24 +41,21 @@ def add_bias_finite(out, bias):
     """``out += bias`` in place (None: no bias); True if ``out`` then holds no NaN or inf.
 
     ``out`` is 2-D and ``bias`` (if given) one value per column (ValueError otherwise).
+    C-contiguous float rows take one pass that adds and checks (``add_bias_rows_finite``),
+    in blocks of rows on the thread pool when large.
     """
-    fast = bias is None or bias_rows_fit(out, bias)
-    if not fast or out.ndim != 2 or out.size < _runtime.PARALLEL_ELEMENTS or not out.flags.c_contiguous:
+    fast = out.ndim == 2 and (bias_rows_fit(out, bias) if bias is not None else out.flags.c_contiguous)
+    if not fast or out.dtype not in (np.float32, np.float64):
         if bias is not None:
             add_bias(out, bias)
         return all_finite(out)
-    b = None if bias is None else readonly(bias)
-
-    def task(start, stop):
-        block = out[start:stop]
-        if b is not None:
-            add_bias_rows(block, b)
-        # one call on this thread, unless a single row holds PARALLEL_ELEMENTS or more: then it is split too
-        return all_finite(block)
-
+    b = readonly(bias) if bias is not None else _NO_BIAS[out.dtype.char]
+    if out.size < _runtime.PARALLEL_ELEMENTS:
+        return add_bias_rows_finite(out, b)
     rows = max(1, BIAS_CHUNK // max(out.shape[1], 1))
     n = out.shape[0]
-    return all(_run(task, [(start, min(n, start + rows)) for start in range(0, n, rows)], out))
+    chunks = [(start, min(n, start + rows)) for start in range(0, n, rows)]
+    return all(_run(lambda start, stop: add_bias_rows_finite(out[start:stop], b), chunks, out))
 
 
 def bias_gradient(grad):
@@ -76,4 +74,17 @@ def bias_gradient(grad):
     total = parts[0]
     for part in parts[1:]:
         np.add(total, part, out=total)
+    return total
+
+
+def checked_bias_gradient(grad, name):
+    """:func:`bias_gradient`, raising NonFiniteError (a ValueError) naming ``name`` if ``grad`` holds NaN or inf.
+
+    A NaN or inf element makes its column's sum NaN or inf, and finite
+    values can overflow a sum, so only a non-finite sum needs the
+    element-wise check: the check costs nothing beside the sums it needs anyway.
+    """
+    total = bias_gradient(grad)
+    if not all_finite(total) and not all_finite(grad):
+        raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
     return total
