@@ -160,7 +160,9 @@ def test_source_edge_pass_gives_the_same_bits_with_and_without_the_vector_sums(d
 @pytest.mark.parametrize(("heads", "channels"), CASES)
 @pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
 def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(dtype, heads, channels, dims):
-    """Contiguous outputs take ``target_edge_terms``; a strided ``p_out`` makes it step aside for the loops."""
+    """Contiguous outputs take ``target_edge_terms``; a strided ``p_out`` makes it step aside for the loops,
+    and ``weT`` of another layout (contiguous channels, not C-contiguous) makes ``attribute_grads`` step aside
+    for ``dot3`` per attribute."""
     from gatfast.kernels import gatv2_backward_target_edge_blocks
 
     n = 40
@@ -178,7 +180,13 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
     xl[indices[exact]] = -0.0
     blocks = num_att_blocks(n, 16)
     results = []
-    for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
+    loose_weT = np.full((heads, dims + 1, channels), np.nan, dtype)[:, :dims]  # Numba types it layout "A"
+    loose_weT[...] = weT
+    plain_runs = (
+        (lambda shape: np.full(shape, np.nan, dtype), weT),
+        (lambda shape: _strided(shape, dtype), loose_weT),
+    )
+    for make, weights in plain_runs:
         upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
         p_out = make((n, heads, channels))
         att_part = np.full((blocks, heads, channels), np.nan, dtype)
@@ -186,7 +194,7 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
         grad_u = np.full((indices.size, dims), np.nan, dtype)
         signs = np.full((indices.size, heads, channels), 7, np.uint8)
         gatv2_backward_target_edge_blocks(
-            0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
+            0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weights, edge_scale,
             alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, signs,
         )  # fmt: skip
         results.append(
@@ -365,3 +373,39 @@ def test_target_edge_pass_refuses_edge_arrays_of_other_shapes():
     for grad_u in (np.empty((indices.size, dims + 1)), np.empty((indices.size - 1, dims))):
         with pytest.raises(ValueError, match="grad_u must have one row per edge"):
             run(good_weT, grad_u)
+    with pytest.raises(ValueError, match="weT must have contiguous channels"):
+        run(np.ones((heads, dims, 2 * channels))[:, :, ::2], good_grad_u)
+
+
+def test_forward_and_source_edge_kernels_refuse_edge_arrays_of_other_shapes():
+    from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_forward_edge_rows
+
+    n, heads, channels, dims, dtype = 12, 1, 8, 3, np.float64
+    indptr, indices, src_indptr, src_edges, src_targets = _graph(4, n)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(5, n, indices.size, heads, channels, dtype, False)
+    leaky = ACTIVATIONS["leaky_relu"]
+
+    def forward(u, weT):
+        out = np.empty((n, heads, channels))
+        gatv2_forward_edge_rows(
+            0, n, indptr, indices, xl, xr, att, dtype(0.2), leaky, u, weT, edge_scale, alpha.copy(), out
+        )
+
+    def source(u, weT):
+        q = np.empty((n, heads, channels))
+        gatv2_backward_source_edge_rows(
+            0, n, src_indptr, src_edges, src_targets, xl, xr, att, dtype(0.2), leaky, None, u, weT,
+            edge_scale, alpha, alpha, grad, q,
+        )  # fmt: skip
+
+    u, weT = np.ones((indices.size, dims)), np.ones((heads, dims, channels))
+    for run in (forward, source):
+        run(u, weT)
+        for bad_u, bad_weT in (
+            (u[:-1], weT),
+            (u, np.ones((heads, dims + 1, channels))),
+            (u, np.ones((heads, dims, channels + 1))),
+            (u, np.ones((heads + 1, dims, channels))),
+        ):
+            with pytest.raises(ValueError, match="u must have one row per edge and weT shape"):
+                run(bad_u, bad_weT)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gatfast.kernels import readonly
+from gatfast.kernels import gemm, readonly
 from gatfast.kernels.gemm import matmul_rows
 from gatfast.layers.dense import dense_backward, dense_projections, tiled
 
@@ -32,7 +32,7 @@ def test_matmul_rows_follows_its_order_of_operations(dtype, width, depth):
             c = rng.standard_normal((n, width)).astype(dtype)
             want = in_order(a, b, bias, c, accumulate)
             matmul_rows(0, n, readonly(a), readonly(b), readonly(bias), accumulate, c)
-            np.testing.assert_array_equal(c, want)
+            assert c.tobytes() == want.tobytes()
 
 
 def test_matmul_rows_writes_only_its_rows_and_takes_strided_input():
@@ -96,3 +96,36 @@ def test_vector_width_follows_the_cpu_numba_compiles_for(monkeypatch):
     monkeypatch.setattr(config, "CPU_NAME", "host")
     assert gemm.compiles_for_avx512() == bool(llvm.get_host_cpu_features().get("avx512f", False))
     assert gemm.VECTOR_BYTES == (64 if gemm.WIDE else 32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
+    """Each tile width called directly (the 4-vector tile too, which matmul_rows leaves out on AVX2), into
+    a column slice of a wider array, whose other columns must keep their sentinel."""
+    from numba import njit
+
+    tiles = {4: gemm._tile4, 2: gemm._tile2, 1: gemm._tile1}
+    lanes = gemm.VECTOR_BYTES // np.dtype(dtype).itemsize
+    rng = np.random.default_rng(5)
+    n, depth = 6, 19
+    a = rng.standard_normal((n, depth)).astype(dtype)
+    a[::2] *= 1e3
+    for vectors, tile in tiles.items():
+        width = vectors * lanes
+
+        @njit
+        def one_tile(a, b, c, bias, i0, rows, accumulate):
+            tile(a, b, c, bias, i0, rows, 0, accumulate, bias.size > 0)
+
+        b = rng.standard_normal((depth, width)).astype(dtype)
+        bias = rng.standard_normal(width).astype(dtype)
+        for rows in (1, 3, 4):  # a short tile computes its last row again and stores only its own rows
+            for accumulate in (False, True):
+                wide = np.full((n, width + 3), 7.0, dtype)
+                c = wide[:, :width]
+                start = rng.standard_normal((rows, width)).astype(dtype)
+                c[1 : 1 + rows] = start
+                want = in_order(a[1 : 1 + rows], b, bias, start, accumulate)
+                one_tile(readonly(a), readonly(b), c, readonly(bias), 1, rows, accumulate)
+                assert c[1 : 1 + rows].tobytes() == want.tobytes(), (vectors, rows, accumulate)
+                assert (wide[:, width:] == 7).all() and (wide[0] == 7).all() and (wide[1 + rows :] == 7).all()

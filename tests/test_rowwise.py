@@ -101,7 +101,7 @@ def test_add_bias_finite_in_one_pass_adds_like_numpy_and_finds_every_nan_and_inf
     rows = 37
     info = np.finfo(dtype)
     base = spread((rows, width), dtype, width + 2)
-    base[0, 0], base[-1, -1] = info.max, -0.0  # the largest finite value and a signed zero stay finite
+    base[0, 0], base[-1, 0] = info.max, -0.0  # the largest finite value, and -0 + 0 (+0): finite
     bias = spread(width, dtype, width + 3)
     bias[0] = 0.0
     for b in (bias, None):

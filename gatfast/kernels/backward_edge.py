@@ -65,6 +65,8 @@ def gatv2_backward_target_edge_blocks(
         raise ValueError("grad_u must have one row per edge and one column per attribute, or no rows")
     if weT.shape[0] != heads or weT.shape[1] != dims or weT.shape[2] != channels:
         raise ValueError("weT must have shape (heads, attributes, channels)")
+    if weT.strides[2] != weT.itemsize:  # dot3 (where attribute_grads steps aside) reads whole vectors of it
+        raise ValueError("weT must have contiguous channels")
     if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
         if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
             raise ValueError("signs must have shape (edges, heads, channels)")
@@ -180,6 +182,13 @@ def gatv2_backward_source_edge_rows(
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
+    if (
+        u.shape[0] != src_edges.size
+        or weT.shape[0] != heads
+        or weT.shape[1] != u.shape[1]
+        or weT.shape[2] != channels
+    ):
+        raise ValueError("u must have one row per edge and weT shape (heads, attributes, channels)")
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     for j in range(j0, j1):
         lo = src_indptr[j]

@@ -95,6 +95,9 @@ def gatv2_forward_edge_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, u
     nnz = indices.size
     heads = att.shape[0]
     channels = att.shape[1]
+    # read without bounds checks (the intrinsics), so checked once here
+    if u.shape[0] != nnz or weT.shape[0] != heads or weT.shape[1] != u.shape[1] or weT.shape[2] != channels:
+        raise ValueError("u must have one row per edge and weT shape (heads, attributes, channels)")
     row_bytes = heads * channels * xl.itemsize
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)

@@ -28,6 +28,8 @@ BIAS_CHUNK = 1 << 17
 #: block order. Up to this many rows that is one block, the plain row-by-row sum (numpy's ``sum(axis=0)`` bits).
 COLUMN_BLOCK_ROWS = 8192
 
+#: An empty read-only bias per dtype: calls without a bias then have the same argument types as calls with
+#: one, so the kernel compiles once per dtype.
 _NO_BIAS = {np.dtype(t).char: readonly(np.zeros(0, t)) for t in (np.float32, np.float64)}
 
 
