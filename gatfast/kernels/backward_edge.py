@@ -65,7 +65,8 @@ def gatv2_backward_target_edge_blocks(
         raise ValueError("grad_u must have one row per edge and one column per attribute, or no rows")
     if weT.shape[0] != heads or weT.shape[1] != dims or weT.shape[2] != channels:
         raise ValueError("weT must have shape (heads, attributes, channels)")
-    if weT.strides[2] != weT.itemsize:  # dot3 (where attribute_grads steps aside) reads whole vectors of it
+    # dot3 (where attribute_grads steps aside) reads whole vectors of it; one channel has any stride
+    if channels > 1 and weT.strides[2] != weT.itemsize:
         raise ValueError("weT must have contiguous channels")
     if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
         if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
