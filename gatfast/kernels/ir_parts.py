@@ -12,21 +12,11 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 
-from .simd import LANES, splat
+from .simd import LANES, element_pointer, splat
 
 
 def store_vector(builder, ptr, index, value):
     builder.store(value, builder.bitcast(builder.gep(ptr, [index]), value.type.as_pointer()), align=1)
-
-
-def element_pointer(builder, ary, indices):
-    """Pointer to ``ary[indices]`` from the data pointer and strides (any number of dimensions)."""
-    offset = None
-    for axis, index in enumerate(indices):
-        term = builder.mul(index, builder.extract_value(ary.strides, axis))
-        offset = term if offset is None else builder.add(offset, term)
-    i8p = ir.IntType(8).as_pointer()
-    return builder.bitcast(builder.gep(builder.bitcast(ary.data, i8p), [offset]), ary.data.type)
 
 
 def times_scale(builder, w, has_scale, scale_pointer, unit):

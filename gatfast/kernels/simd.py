@@ -29,12 +29,17 @@ EDGE_SCORE_GROUP = 4  # vectors of z formed side by side in leaky_edge_score
 
 def row_pointer(builder, ary, row, h):
     """Pointer to ``ary[row, h, 0]`` from the array's data pointer and strides (3-D arrays)."""
-    stride0 = builder.extract_value(ary.strides, 0)
-    stride1 = builder.extract_value(ary.strides, 1)
-    offset = builder.add(builder.mul(row, stride0), builder.mul(h, stride1))
+    return element_pointer(builder, ary, [row, h])
+
+
+def element_pointer(builder, ary, indices):
+    """Pointer to ``ary[indices]`` from the data pointer and strides (any number of dimensions)."""
+    offset = None
+    for axis, index in enumerate(indices):
+        term = builder.mul(index, builder.extract_value(ary.strides, axis))
+        offset = term if offset is None else builder.add(offset, term)
     i8p = ir.IntType(8).as_pointer()
-    raw = builder.gep(builder.bitcast(ary.data, i8p), [offset])
-    return builder.bitcast(raw, ary.data.type)
+    return builder.bitcast(builder.gep(builder.bitcast(ary.data, i8p), [offset]), ary.data.type)
 
 
 def load_vector(builder, ptr, index, vec_ty):
@@ -133,11 +138,7 @@ def leaky_score(typingctx, att, xr, i, xl, j, h, slope):
         arr_l = context.make_array(signature.args[3])(context, builder, args[3])
         h = args[5]
         slope = args[6]
-        stride0 = builder.extract_value(arr_att.strides, 0)
-        i8p = ir.IntType(8).as_pointer()
-        pa = builder.bitcast(
-            builder.gep(builder.bitcast(arr_att.data, i8p), [builder.mul(h, stride0)]), arr_att.data.type
-        )
+        pa = element_pointer(builder, arr_att, [h])
         pr = row_pointer(builder, arr_r, args[2], h)
         pl = row_pointer(builder, arr_l, args[4], h)
         channels = builder.extract_value(arr_att.shape, 1)
@@ -179,14 +180,10 @@ def add_edge_terms(builder, u, weT, e, h, zs, offsets, vec_ty):
     of dependent adds run side by side: one vector at a time, an edge waited
     for D adds in a row per vector.
     """
-    i8p = ir.IntType(8).as_pointer()
-    u_strides = [builder.extract_value(u.strides, axis) for axis in (0, 1)]
     slots = [cgutils.alloca_once_value(builder, z) for z in zs]
     with cgutils.for_range(builder, builder.extract_value(u.shape, 1)) as loop:
         d = loop.index
-        offset = builder.add(builder.mul(e, u_strides[0]), builder.mul(d, u_strides[1]))
-        ud_pointer = builder.bitcast(builder.gep(builder.bitcast(u.data, i8p), [offset]), u.data.type)
-        ud = splat(builder, builder.load(ud_pointer), vec_ty)
+        ud = splat(builder, builder.load(element_pointer(builder, u, [e, d])), vec_ty)
         w_row = row_pointer(builder, weT, h, d)
         for slot, off in zip(slots, offsets):
             term = builder.fmul(load_vector(builder, w_row, off, vec_ty), ud)
@@ -238,11 +235,7 @@ def leaky_dot(typingctx, att, z, row, h, slope):
         arr_z = context.make_array(signature.args[1])(context, builder, args[1])
         h = args[3]
         slope = args[4]
-        stride0 = builder.extract_value(arr_att.strides, 0)
-        i8p = ir.IntType(8).as_pointer()
-        pa = builder.bitcast(
-            builder.gep(builder.bitcast(arr_att.data, i8p), [builder.mul(h, stride0)]), arr_att.data.type
-        )
+        pa = element_pointer(builder, arr_att, [h])
         pz = row_pointer(builder, arr_z, args[2], h)
         channels = builder.extract_value(arr_att.shape, 1)
         fty = context.get_value_type(signature.args[0].dtype)
@@ -289,20 +282,14 @@ def leaky_edge_score(typingctx, att, xr, i, xl, j, u, weT, e, h, slope):
         )
         e, h, slope = args[7], args[8], args[9]
         fty = context.get_value_type(signature.args[0].dtype)
-        i8p = ir.IntType(8).as_pointer()
-        att_offset = builder.mul(h, builder.extract_value(arr_att.strides, 0))
-        pa = builder.bitcast(builder.gep(builder.bitcast(arr_att.data, i8p), [att_offset]), arr_att.data.type)
+        pa = element_pointer(builder, arr_att, [h])
         pr = row_pointer(builder, arr_r, args[2], h)
         pl = row_pointer(builder, arr_l, args[4], h)
         channels = builder.extract_value(arr_att.shape, 1)
         dims = builder.extract_value(arr_u.shape, 1)
-        u_stride0 = builder.extract_value(arr_u.strides, 0)
-        u_stride1 = builder.extract_value(arr_u.strides, 1)
 
         def attribute(d):
-            offset = builder.add(builder.mul(e, u_stride0), builder.mul(d, u_stride1))
-            pointer = builder.gep(builder.bitcast(arr_u.data, i8p), [offset])
-            return builder.load(builder.bitcast(pointer, arr_u.data.type))
+            return builder.load(element_pointer(builder, arr_u, [e, d]))
 
         def pre_activation(c):
             """``z`` of channel ``c`` (the scalar tail)."""
