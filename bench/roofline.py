@@ -86,7 +86,8 @@ Three parts, all in one process:
      finiteness checks count one compare per element (that is all their
      work). Numba kernels run at the measured
      multiply + add rate (without fast-math LLVM does not contract into
-     FMA); BLAS products at the FMA rate. Peak x threads (no SMT assumed).
+     FMA); the dense products (the tile's explicit fused multiply-adds, or
+     BLAS) at the FMA rate. Peak x threads (no SMT assumed).
    * Not modelled: Python and launch overhead, allocations and page
      faults, dropout (the workloads run without it), ``concat=False``.
 

@@ -1,19 +1,61 @@
 """The dense products' register tile (``kernels/gemm.py``): its documented order of operations, to the bit."""
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
+from numba import njit
 
 from gatfast.kernels import gemm, readonly
-from gatfast.kernels.gemm import matmul_rows
+from gatfast.kernels.gemm import fma, matmul_rows
 from gatfast.layers.dense import dense_backward, dense_projections, tiled
 
 
+@njit
+def _fused_sums(a, b, c):
+    for i in range(c.shape[0]):
+        for j in range(c.shape[1]):
+            total = c[i, j]
+            for k in range(a.shape[1]):
+                total = fma(a[i, k], b[k, j], total)
+            c[i, j] = total
+
+
 def in_order(a, b, bias, c, accumulate):
-    """Σ_k a[:, k] * b[k] in increasing k, multiply then add, from 0 (or ``c``), then the bias."""
+    """Σ_k a[:, k] * b[k] in increasing k, each step one fused multiply-add, from 0 (or ``c``), then the bias."""
     total = c.copy() if accumulate else np.zeros((a.shape[0], b.shape[1]), a.dtype)
-    for k in range(a.shape[1]):
-        total = total + a[:, k : k + 1] * b[k : k + 1, :]
+    _fused_sums(np.ascontiguousarray(a), np.ascontiguousarray(b), total)
     return total + bias if bias.size else total
+
+
+def _rounded(exact, dtype):
+    """The value of ``dtype`` nearest to the rational ``exact`` (ties to an even last bit)."""
+    near = dtype(float(exact))
+    candidates = [np.nextafter(near, dtype(-np.inf)), near, np.nextafter(near, dtype(np.inf))]
+    bits = np.int32 if dtype == np.float32 else np.int64
+    return min(candidates, key=lambda v: (abs(Fraction(float(v)) - exact), int(np.array(v).view(bits)) & 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fma_rounds_once(dtype):
+    """``gemm.fma`` is ``a * b + c`` rounded once, checked against exact rational arithmetic; ``c`` near
+    ``-a * b`` makes the cancellations where a multiply then an add would lose every bit."""
+
+    @njit
+    def fused(a, b, c, out):
+        for i in range(out.size):
+            out[i] = fma(a[i], b[i], c[i])
+
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal(600).astype(dtype) for _ in range(2))
+    c = rng.standard_normal(600).astype(dtype)
+    c[::3] = -(a[::3] * b[::3])  # the product rounded: the exact result is its rounding error
+    out = np.empty_like(a)
+    fused(a, b, c, out)
+    exact = [Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)) for x, y, z in zip(a, b, c)]
+    want = np.array([_rounded(e, dtype) for e in exact], dtype)
+    assert out.tobytes() == want.tobytes()
+    assert np.count_nonzero(out[::3]) > 100  # the products' rounding errors, which a multiply-add loses
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -129,3 +171,49 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
                 one_tile(readonly(a), readonly(b), c, readonly(bias), 1, rows, accumulate)
                 assert c[1 : 1 + rows].tobytes() == want.tobytes(), (vectors, rows, accumulate)
                 assert (wide[:, width:] == 7).all() and (wide[0] == 7).all() and (wide[1 + rows :] == 7).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "rows, features, channels",
+    [(5, 16, 32), (300, 64, 16), (300, 17, 17), (5000, 16, 33), (5000, 48, 16), (0, 16, 16)],
+)  # one chunk and several, both orientations of gᵀ x, widths past the last full vector, no rows
+@pytest.mark.parametrize(
+    "shared, with_bias, want_x", [(False, True, True), (True, False, True), (False, True, False)]
+)
+def test_tiled_dense_backward(dtype, rows, features, channels, shared, with_bias, want_x):
+    """The tiled backward (``kernels/dense_grads.py``) against float64 products, and the same bits on one
+    thread as on two: its chunks and their sums do not depend on the thread count."""
+    import numba
+
+    rng = np.random.default_rng(rows + features + channels)
+    x = rng.standard_normal((rows, features)).astype(dtype)
+    g_l = rng.standard_normal((rows, channels)).astype(dtype)
+    g_r = None if shared else rng.standard_normal((rows, channels)).astype(dtype)
+    W_l = rng.standard_normal((channels, features)).astype(dtype)
+    W_r = None if shared else rng.standard_normal((channels, features)).astype(dtype)
+    assert tiled(g_l, x)
+    runs = []
+    for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+        numba.set_num_threads(threads)
+        try:
+            grad_x = np.full_like(x, np.nan) if want_x else None
+            runs.append((dense_backward(x, g_l, g_r, W_l, W_r, grad_x, with_bias), grad_x))
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    (got, grad_x), (again, grad_x2) = runs
+    for a, b in zip(got, again):
+        assert (a is None) == (b is None) and (a is None or a.tobytes() == b.tobytes())
+    tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-10}
+    x64 = x.astype(np.float64)
+    want = [g_l.T @ x64, g_l.sum(0) if with_bias else None]
+    want += [None, None] if shared else [g_r.T @ x64, g_r.sum(0) if with_bias else None]
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == dtype and a.flags.c_contiguous
+            np.testing.assert_allclose(a, b, **tol)
+    if want_x:
+        assert grad_x.tobytes() == grad_x2.tobytes()
+        expected = g_l @ W_l.astype(np.float64) + (0 if shared else g_r @ W_r.astype(np.float64))
+        np.testing.assert_allclose(grad_x, expected, **tol)

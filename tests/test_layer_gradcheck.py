@@ -343,13 +343,15 @@ def test_sparse_features_match_dense(cfg):
 
 @pytest.mark.parametrize("in_features", [9, 17])
 def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
-    """A layer big enough for the general path, so that its projections and input gradient run
-    through the Numba tile (``kernels/gemm.py``: 4 or 8 float64 columns per vector)."""
+    """A layer big enough for the general path, so that its projections and its backward's products
+    (weight and input gradients) run through the Numba tile (``kernels/gemm.py``: 4 or 8 float64
+    columns per vector; ``kernels/dense_grads.py``)."""
     import gatfast.layers.dense as dense
 
     calls = []
-    tile = dense.matmul_rows
-    monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append(a[5]) or tile(*a))
+    tile, grads_kernel = dense.matmul_rows, dense.dense_grad_chunks
+    monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append("projections") or tile(*a))
+    monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append("backward") or grads_kernel(*a))
     rng = np.random.default_rng(in_features)
     graph = naive.mixed_graph(rng, n=130, hub_degree=6)  # past dense.SMALL_PRODUCT
     layer = make_layer(seed=in_features, in_features=in_features, out_features=8, heads=2)
@@ -362,7 +364,7 @@ def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
         assert np.linalg.norm(want) > 0, f"{name}: degenerate check, zero gradient"
         err = naive.rel_err(grads[name], want)
         assert err < FD_TOL, f"{name}: relative error {err:.2e}"
-    assert False in calls and True in calls  # projections and the input gradient took the tile
+    assert "projections" in calls and "backward" in calls
 
 
 def _bits(grads):

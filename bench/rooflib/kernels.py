@@ -46,7 +46,7 @@ def k_check_x(d, s=None):
 
 
 def k_projections(d, s=None):
-    """``xl = x_src @ W_l.T + b_l`` and ``xr = x_dst @ W_r.T + b_r``: BLAS by row chunks, or the sparse kernel."""
+    """``xl = x_src @ W_l.T + b_l`` and ``xr = x_dst @ W_r.T + b_r``: the tile (or BLAS) by row chunks, or the sparse kernel."""
     out = {"xl": d.ns * d.hc * d.f, "xr": d.n * d.hc * d.f}
     if d.x_sparse:
         w_bytes = d.in_features * d.hc * d.f
@@ -79,7 +79,7 @@ def k_projections(d, s=None):
             else:
                 dense_projections(s.x_src, [(s.W_l, s.b_l_opt, xl), (s.W_r, s.b_r_opt, xr)])
 
-    label = "x_src @ W_l.T, x_dst @ W_r.T (BLAS)" if d.bipartite else "x @ W_l.T, x @ W_r.T (BLAS)"
+    label = "x_src @ W_l.T, x_dst @ W_r.T (tile, FMA)" if d.bipartite else "x @ W_l.T, x @ W_r.T (tile, FMA)"
     return Kernel("projections", label, model, run if s else None)
 
 
@@ -211,7 +211,7 @@ def k_edge_weight_grad(d, s=None):
 
 
 def k_dense_backward(d, s=None):
-    """``gradᵀ x`` for both weights, their bias sums and the input gradients ``grad @ W`` (BLAS, row chunks)."""
+    """``gradᵀ x`` for both weights, their bias sums and the input gradients ``grad @ W`` (the tile with FMA, or BLAS)."""
     gl, gr = d.ns * d.hc * d.f, d.n * d.hc * d.f
     xs, xd = d.ns * d.in_features * d.f, d.n * d.fd * d.f
     w = d.hc * (d.in_features + d.fd) * d.f
@@ -231,7 +231,7 @@ def k_dense_backward(d, s=None):
             else:
                 dense_backward(s.x_src, s.grad_xl, s.grad_xr, s.W_l, s.W_r, s.grad_x_src, d.bias)
 
-    return Kernel("dense_backward", "gradᵀ x, grad @ W (BLAS)", model, run if s else None)
+    return Kernel("dense_backward", "gradᵀ x, grad @ W (tile, FMA)", model, run if s else None)
 
 
 def k_sparse_transpose(d, s=None):

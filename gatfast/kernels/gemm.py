@@ -17,11 +17,17 @@ wider vectors and tiles took 0.62-0.73x the time of 4 x 2 AVX2 vectors on
 multiplies and adds) and 0.79-0.84x on 20,399 x 16 -> 32.
 
 Every output element is ``Σ_k a[i, k] * b[k, j]`` over ``k`` in increasing
-order, a multiply then an add (no fused multiply-add), started from 0 (or
-from ``c[i, j]`` with ``accumulate``), and the bias added last. The columns
-past the last full vector take a scalar loop with exactly those operations,
-so the result does not depend on the vector width, the tile, the CPU or the
-thread count (each row of ``c`` is computed alone).
+order, each step one fused multiply-add (``llvm.fma``: the product and the
+sum rounded once), started from 0 (or from ``c[i, j]`` with
+``accumulate``), and the bias added last. The columns past the last full
+vector take a scalar loop with exactly those operations (:func:`fma`), so
+the result does not depend on the vector width, the tile, the CPU or the
+thread count (each row of ``c`` is computed alone). ``llvm.fma`` is exact
+by definition, on a CPU without the instruction too (then a slow library
+call; every x86-64 CPU with AVX2 has it). Fused steps in place of a
+multiply then an add took 0.58-0.77x the time on a 2-core Intel Xeon (one
+thread, alternating: 200,000 x 64 -> 64 25.7 -> 17.1 ms, 20,399 x 16 -> 32
+0.43 -> 0.33 ms, 480 x 64 -> 64 50 -> 29 us), and they are more accurate.
 """
 
 import llvmlite.binding as llvm
@@ -141,9 +147,7 @@ def _tile_typer(vectors, typingctx, a, b, c, bias, i0, rows, j0, accumulate, use
                 )
                 splat = builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), splat_mask)
                 for v in range(vectors):
-                    builder.store(
-                        builder.fadd(builder.load(accs[r][v]), builder.fmul(splat, b_vecs[v])), accs[r][v]
-                    )
+                    builder.store(fused(builder, splat, b_vecs[v], builder.load(accs[r][v])), accs[r][v])
         for r in range(TILE_ROWS):
             with builder.if_then(builder.icmp_signed("<", const(r), rows)):
                 for v in range(vectors):
@@ -158,6 +162,28 @@ def _tile_typer(vectors, typingctx, a, b, c, bias, i0, rows, j0, accumulate, use
 
 
 _tile4, _tile2, _tile1 = (_make_tile(v) for v in (4, 2, 1))
+
+
+def fused(builder, a, b, c):
+    """``a * b + c`` rounded once (``llvm.fma``), for float scalars or vectors."""
+    ty = a.type
+    element = ty.element if isinstance(ty, ir.VectorType) else ty
+    suffix = "f32" if isinstance(element, ir.FloatType) else "f64"
+    name = f"llvm.fma.v{ty.count}{suffix}" if isinstance(ty, ir.VectorType) else f"llvm.fma.{suffix}"
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ty, [ty, ty, ty]), name)
+    return builder.call(fn, [a, b, c])
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """``a * b + c`` with one rounding, for three floats of one type (the tile's step, in scalar code)."""
+    if not (isinstance(a, types.Float) and a == b == c):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return fused(builder, *args)
+
+    return a(a, b, c), codegen
 
 
 @njit(nogil=True, cache=True)
@@ -189,7 +215,7 @@ def matmul_rows(r0, r1, a, b, bias, accumulate, c):
             for col in range(j, n_out):
                 total = c[r, col] if accumulate else zero
                 for k in range(depth):
-                    total += a[r, k] * b[k, col]
+                    total = fma(a[r, k], b[k, col], total)
                 if use_bias:
                     total += bias[col]
                 c[r, col] = total

@@ -1,10 +1,13 @@
 """The layer's dense products: projections, weight gradients and input gradients.
 
-Dense products are split into chunks of rows run on up to
-``numba.get_num_threads()`` Python threads, each a one-thread BLAS call
-(NumPy releases the GIL inside BLAS). The chunks are fixed by the row count
-alone, so sums over rows (weight gradients) run in the same order, to the
-bit, for any thread count.
+Products with contiguous rows of one float dtype and a full vector of output
+columns run in Numba's register tile (``kernels/gemm.py``); the
+projections' backward then makes one Numba call per chunk of rows for all
+of its products (``kernels/dense_grads.py``). Others take one-thread BLAS
+calls by chunks of rows on Python threads (NumPy releases the GIL inside
+BLAS). Either way the chunks are fixed by the row count alone, so sums
+over rows (weight gradients) run in the same order, to the bit, for any
+thread count.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from scipy.linalg import blas
 
 from .. import _runtime
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
+from ..kernels.dense_grads import dense_grad_chunks
 from ..kernels.dense_small import project2, project2_backward
 from ..kernels.gemm import TILE_BYTES, matmul_rows
 from ..kernels.reduce import add_bias_rows
@@ -116,8 +120,8 @@ def tiled(a, out):
 
     The tile needs contiguous rows in one float dtype and at least one full
     tile of output columns; there it was faster than OpenBLAS's calls on
-    these skinny products (0.6-0.9x the time). The weight gradients ``gᵀ x``
-    stay with BLAS, whose blocking over the long row axis the tile lacks (3x).
+    these skinny products. :func:`dense_backward` asks it of ``tiled(g, x)``
+    for the weight gradients ``gᵀ x``, whose output rows are ``x``'s width.
     """
     return (
         a.dtype == out.dtype
@@ -164,51 +168,74 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
     partial weight gradients and the rows of ``grad_x``; the partials are then
     added in chunk order. Returns ``(gW_l, gb_l, gW_r, gb_r)`` (None where absent).
     """
+    grads = [g for g in (grad_l, grad_r) if g is not None]
+    if all(tiled(g, x) for g in grads) and (grad_x is None or all(tiled(g, grad_x) for g in grads)):
+        parts = _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias)
+    else:
+        parts = _blas_backward(x, grads, W_l, W_r, grad_x, with_bias)
+    gW_l, gb_l = parts[0]
+    gW_r, gb_r = parts[1] if len(parts) > 1 else (None, None)
+    return gW_l, gb_l, gW_r, gb_r
+
+
+def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
+    """:func:`dense_backward` with the tile, one Numba call per chunk (``kernels/dense_grads.py``)."""
+    n, features = x.shape
+    channels = grads[0].shape[1]
+    size = row_chunks(n)[0][1] or 1
+    count = max(1, -(-n // size))
+    transposed = channels > features  # the wider output rows fill more of the tile's vectors
+    shape = (features, channels) if transposed else (channels, features)
+    gw = np.empty((count, len(grads), *shape), x.dtype)
+    gb = np.empty((count, len(grads), channels if with_bias else 0), x.dtype)
+    g_l = readonly(grads[0])
+    g_r = readonly(grads[-1])
+    w_l = readonly(np.ascontiguousarray(W_l))
+    w_r = w_l if len(grads) == 1 else readonly(np.ascontiguousarray(W_r))
+    out_x = np.empty((0, features), x.dtype) if grad_x is None else grad_x
+    no_bias = readonly(np.zeros(0, x.dtype))
+    args = (size, transposed, readonly(x), g_l, g_r, w_l, w_r, no_bias, gw, gb, out_x)
+    if count == 1:
+        dense_grad_chunks(0, 1, *args)
+    else:
+        macs = n * features * channels * len(grads) * (2 if grad_x is not None else 1)
+        _runtime.run_rows(dense_grad_chunks, count, args, macs // _runtime.MACS_PER_UNIT)
+    parts = []
+    for side in range(len(grads)):
+        gW, gb_side = gw[0, side], gb[0, side]
+        for k in range(1, count):  # chunk order: fixed
+            gW = gW + gw[k, side]
+            gb_side = gb_side + gb[k, side]
+        parts.append((np.ascontiguousarray(gW.T) if transposed else gW, gb_side if with_bias else None))
+    return parts
+
+
+def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
+    """:func:`dense_backward` through BLAS, by row chunks on Python threads (narrow or strided arrays)."""
     chunks = row_chunks(x.shape[0])
-    tile_x = grad_x is not None and all(g is None or tiled(g, grad_x) for g in (grad_l, grad_r))
-    if tile_x:  # the same array types at every call: one compiled kernel
-        no_bias = readonly(np.zeros(0, x.dtype))
-        g_l, w_l = readonly(grad_l), readonly(W_l)
-        g_r, w_r = (None, None) if grad_r is None else (readonly(grad_r), readonly(W_r))
 
     def task(start, stop):
         xs = x[start:stop] if len(chunks) > 1 else x
-        parts = []
-        for g in (grad_l, grad_r):
-            if g is None:
-                parts.append((None, None))
-                continue
-            gs = g[start:stop]
-            parts.append((gs.T @ xs, column_sum(gs) if with_bias else None))
-        if tile_x:
-            matmul_rows(start, stop, g_l, w_l, no_bias, False, grad_x)
-            if g_r is not None:
-                matmul_rows(start, stop, g_r, w_r, no_bias, True, grad_x)
-        elif grad_x is not None:
-            np.matmul(grad_l[start:stop], W_l, out=grad_x[start:stop])
-            if grad_r is not None:
-                matmul_add(grad_r[start:stop], W_r, grad_x[start:stop])
+        parts = [(g[start:stop].T @ xs, column_sum(g[start:stop]) if with_bias else None) for g in grads]
+        if grad_x is not None:
+            np.matmul(grads[0][start:stop], W_l, out=grad_x[start:stop])
+            if len(grads) > 1:
+                matmul_add(grads[1][start:stop], W_r, grad_x[start:stop])
         return parts
 
     if len(chunks) == 1:  # the same operations as one chunk, without the thread pool
         results = [task(0, x.shape[0])]
     else:
-        outputs = sum(g.shape[1] for g in (grad_l, grad_r) if g is not None)
-        macs = x.shape[0] * x.shape[1] * outputs * (2 if grad_x is not None else 1)
+        macs = x.shape[0] * x.shape[1] * sum(g.shape[1] for g in grads) * (2 if grad_x is not None else 1)
         results = _runtime.run_chunks(task, chunks, macs // _runtime.MACS_PER_UNIT)
-    out = []
-    for side in range(2):
-        for item in range(2):
-            vals = [r[side][item] for r in results]
-            if vals[0] is None:
-                out.append(None)
-                continue
-            total = vals[0]
-            for v in vals[1:]:
-                total = total + v  # chunk order: fixed
-            out.append(total)
-    gW_l, gb_l, gW_r, gb_r = out
-    return gW_l, gb_l, gW_r, gb_r
+    parts = []
+    for side in range(len(grads)):
+        gW, gb = results[0][side]
+        for r in results[1:]:  # chunk order: fixed
+            gW = gW + r[side][0]
+            gb = None if gb is None else gb + r[side][1]
+        parts.append((gW, gb))
+    return parts
 
 
 def sparse_matmul(a, dense, bias, out):

@@ -1,0 +1,82 @@
+"""The projections' backward in one pass per chunk of rows: weight and bias partials, and the input gradient.
+
+For ``xl = x @ W_lᵀ + b_l`` and ``xr = x @ W_rᵀ + b_r`` with upstream
+gradients ``g_l`` and ``g_r`` (n x C each), :func:`dense_grad_chunks`
+computes, for each chunk ``k`` of ``size`` rows,
+
+* ``gw[k, s] = g_s[rows]ᵀ @ x[rows]`` (C x K) for each side ``s``,
+* ``gb[k, s] = Σ_rows g_s[row]`` (skipped when ``gb`` has no columns),
+* ``grad_x[rows] = g_l[rows] @ W_l + g_r[rows] @ W_r`` (skipped when
+  ``grad_x`` has no rows),
+
+all with the register tile of ``gemm.py``; the caller adds the chunks'
+partials in chunk order. The chunks are fixed by the row count alone, so
+the result is the same bits for any thread count.
+
+The chunk's rows are taken in blocks of :data:`BLOCK` rows, each block's
+``gᵀ x`` continuing the sums of the one before (the tile's ``accumulate``),
+so every element is still one sum over the chunk's rows in increasing
+order. Blocks that small keep the rows the tile reads again for every four
+output rows in the L1 and L2 caches: on a 2-core Intel Xeon (one thread)
+blocks of 128 rows took 0.74-0.89x OpenBLAS's time for ``gᵀ x`` on 2048
+and 20,399 rows of 16 features and 0.80x on 6,250 rows of 64, where one
+block of the whole chunk took 0.93-1.03x.
+
+Doing all of it in one call per chunk replaces, per chunk, two BLAS calls,
+two column sums and two tile calls made from Python threads, whose glue
+held the GIL while the other thread waited for it.
+"""
+
+import numpy as np
+from numba import njit
+
+from .gemm import matmul_rows
+
+#: rows per block of a chunk (see the module docstring)
+BLOCK = 128
+
+
+@njit(nogil=True, cache=True)
+def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, gw, gb, grad_x):
+    """Chunks ``[k0, k1)`` of ``size`` rows (see the module docstring).
+
+    ``gw`` (chunks, sides, C, K) and ``gb`` (chunks, sides, C or 0) receive
+    the partials; with ``transposed``, ``gw`` is (chunks, sides, K, C) and
+    holds ``x[rows]ᵀ @ g_s[rows]``, the orientation whose output rows fill
+    more of the tile's vectors. ``sides`` is 1 when the weights are shared
+    (then ``g_r`` and ``w_r`` are not read). ``x``, ``g_l``, ``g_r`` and
+    ``grad_x`` need contiguous rows, ``w_l`` and ``w_r`` (C, K) too; one
+    float dtype. ``no_bias`` is an empty array of the projections' bias
+    type, so that the tile compiled for them serves ``grad_x`` too.
+    """
+    n = x.shape[0]
+    sides = gw.shape[1]
+    channels = g_l.shape[1]
+    features = x.shape[1]
+    with_bias = gb.shape[2] > 0
+    first = np.int64(0)  # not literals: the projections' specialisation of the tile serves every call
+    fresh = n < 0
+    for k in range(k0, k1):
+        r0 = k * size
+        r1 = min(n, r0 + size)
+        for s in range(sides):
+            g = g_l if s == 0 else g_r
+            sums = gb[k, s]
+            for c in range(sums.size):
+                sums[c] = 0.0
+            for b0 in range(r0, r1, BLOCK):
+                b1 = min(r1, b0 + BLOCK)
+                if transposed:
+                    matmul_rows(first, features, x[b0:b1].T, g[b0:b1], no_bias, b0 > r0, gw[k, s])
+                else:
+                    matmul_rows(first, channels, g[b0:b1].T, x[b0:b1], no_bias, b0 > r0, gw[k, s])
+                if with_bias:
+                    for row in range(b0, b1):
+                        for c in range(channels):
+                            sums[c] += g[row, c]
+            if r1 == r0:  # an empty chunk: no block ran, and the partial is 0
+                gw[k, s] = 0.0
+        if grad_x.shape[0] > 0:
+            matmul_rows(r0, r1, g_l, w_l, no_bias, fresh, grad_x)
+            if sides > 1:
+                matmul_rows(r0, r1, g_r, w_r, no_bias, not fresh, grad_x)
