@@ -322,11 +322,16 @@ class GatfastRunner:
         return self.layer.backward(cache, self.grad, theta_r=self.w.theta_r)
 
     def train_step(self):
-        """One optimisation step: forward (training mode), loss, backward, Adam."""
+        """One optimisation step: forward (training mode), loss, backward, Adam.
+
+        A network's step asks for no input gradient (``input_grad=False``), as
+        ``gatfast train`` does (``training/steps.py``) and as PyG's step, whose
+        ``x`` does not require a gradient, computes none.
+        """
         if self.w.kind == "train":
             out, cache = self.model.forward(self.w.graph, self.w.x, training=True, rng=self.rng)
             loss, grad = loss_and_grad(self.w, out)
-            self.opt.step(self.model.backward(cache, grad))
+            self.opt.step(self.model.backward(cache, grad, input_grad=False))
             return loss
         if self.opt is None:
             from gatfast.optim import Adam
