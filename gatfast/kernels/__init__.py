@@ -8,8 +8,11 @@ compiled function serves both, so the bits are the same either way, and no
 OpenMP runtime is involved (``fork`` is safe, BLAS's threads are not starved).
 """
 
+import os
+
 import numpy as np
 
+from . import cache_stamp
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
 from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
 from .backward_edge import (
@@ -22,6 +25,9 @@ from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
 from .reduce import column_sums
 from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
+
+# before any kernel loads from Numba's cache: entries compiled from other sources go (cache_stamp.py)
+cache_stamp.refresh(os.path.dirname(__file__), gatv2_forward_rows)
 
 __all__ = [
     "readonly",
