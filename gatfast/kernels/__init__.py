@@ -8,7 +8,9 @@ compiled function serves both, so the bits are the same either way, and no
 OpenMP runtime is involved (``fork`` is safe, BLAS's threads are not starved).
 """
 
+import importlib
 import os
+import pkgutil
 
 import numpy as np
 
@@ -25,9 +27,6 @@ from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
 from .reduce import column_sums
 from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
-
-# before any kernel loads from Numba's cache: entries compiled from other sources go (cache_stamp.py)
-cache_stamp.refresh(os.path.dirname(__file__), gatv2_forward_rows)
 
 __all__ = [
     "readonly",
@@ -87,3 +86,12 @@ def column_sum(a):
     out = np.empty(a.shape[1], a.dtype)
     column_sums(readonly(a), out)
     return out
+
+
+# Every kernel module, imported before any kernel loads from Numba's cache, so that entries compiled
+# from other sources of any of them never load (cache_stamp.py)
+cache_stamp.refresh(
+    os.path.dirname(__file__),
+    [importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)],
+    gatv2_forward_rows,
+)

@@ -168,14 +168,38 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
     partial weight gradients and the rows of ``grad_x``; the partials are then
     added in chunk order. Returns ``(gW_l, gb_l, gW_r, gb_r)`` (None where absent).
     """
+    _check_backward(x, grad_l, grad_r, W_l, W_r, grad_x)
     grads = [g for g in (grad_l, grad_r) if g is not None]
-    if all(tiled(g, x) for g in grads) and (grad_x is None or all(tiled(g, grad_x) for g in grads)):
+    weights = [W_l, W_r][: len(grads)]
+    if (
+        all(tiled(g, x) for g in grads)
+        and all(W.dtype == x.dtype for W in weights)
+        and (grad_x is None or all(tiled(g, grad_x) for g in grads))
+    ):
         parts = _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias)
     else:
         parts = _blas_backward(x, grads, W_l, W_r, grad_x, with_bias)
     gW_l, gb_l = parts[0]
     gW_r, gb_r = parts[1] if len(parts) > 1 else (None, None)
     return gW_l, gb_l, gW_r, gb_r
+
+
+def _check_backward(x, grad_l, grad_r, W_l, W_r, grad_x):
+    """ValueError unless the arrays of :func:`dense_backward` fit ``x`` (the tile reads without bounds checks)."""
+    if grad_l is None:
+        raise ValueError("grad_l is required (one side alone goes as grad_l, with W_l)")
+    rows, features = x.shape
+    channels = grad_l.shape[-1]
+    for name, g, w_name, W in (("grad_l", grad_l, "W_l", W_l), ("grad_r", grad_r, "W_r", W_r)):
+        if g is None:
+            continue
+        if g.shape != (rows, channels):
+            raise ValueError(f"{name} must have shape ({rows}, {channels}), one row per x row, got {g.shape}")
+        if W is None or W.shape != (channels, features):
+            got = None if W is None else W.shape
+            raise ValueError(f"{w_name} must have shape ({channels}, {features}) for {name}, got {got}")
+    if grad_x is not None and grad_x.shape != x.shape:
+        raise ValueError(f"grad_x must have x's shape {x.shape}, got {grad_x.shape}")
 
 
 def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
