@@ -54,8 +54,9 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
     channels = g_l.shape[1]
     features = x.shape[1]
     with_bias = gb.shape[2] > 0
-    first = np.int64(0)  # not literals: the projections' specialisation of the tile serves every call
-    fresh = n < 0
+    first = np.int64(0)  # not a literal: the projections' specialisation of the tile serves every call
+    # one call site per product: each site links and optimises the tile's code again (compile time)
+    rows_out = features if transposed else channels
     for k in range(k0, k1):
         r0 = k * size
         r1 = min(n, r0 + size)
@@ -66,17 +67,14 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
                 sums[c] = 0.0
             for b0 in range(r0, r1, BLOCK):
                 b1 = min(r1, b0 + BLOCK)
-                if transposed:
-                    matmul_rows(first, features, x[b0:b1].T, g[b0:b1], no_bias, b0 > r0, gw[k, s])
-                else:
-                    matmul_rows(first, channels, g[b0:b1].T, x[b0:b1], no_bias, b0 > r0, gw[k, s])
+                a = x[b0:b1].T if transposed else g[b0:b1].T
+                b = g[b0:b1] if transposed else x[b0:b1]
+                matmul_rows(first, rows_out, a, b, no_bias, b0 > r0, gw[k, s])
                 if with_bias:
                     for row in range(b0, b1):
                         for c in range(channels):
                             sums[c] += g[row, c]
             if r1 == r0:  # an empty chunk: no block ran, and the partial is 0
                 gw[k, s] = 0.0
-        if grad_x.shape[0] > 0:
-            matmul_rows(r0, r1, g_l, w_l, no_bias, fresh, grad_x)
-            if sides > 1:
-                matmul_rows(r0, r1, g_r, w_r, no_bias, not fresh, grad_x)
+        for s in range(sides if grad_x.shape[0] > 0 else 0):  # g_l @ w_l, then += g_r @ w_r
+            matmul_rows(r0, r1, g_l if s == 0 else g_r, w_l if s == 0 else w_r, no_bias, s > 0, grad_x)
