@@ -26,7 +26,7 @@ import threading
 
 from ._kernel_list import kernel_name
 
-__all__ = ["HelperProgress", "can_share", "index_lock", "share_caches"]
+__all__ = ["HelperProgress", "can_share", "file_lock", "index_lock", "share_caches"]
 
 try:
     import fcntl
@@ -40,14 +40,23 @@ def can_share():
 
 
 @contextlib.contextmanager
-def index_lock(cache):
-    """Hold an exclusive lock on the file beside ``cache``'s index while the block runs."""
-    with open(cache._cache_file._index_path + ".lock", "a") as fh:
+def file_lock(path):
+    """Hold an exclusive lock on the file ``path`` (made if missing) while the block runs; without
+    ``flock`` (not POSIX), no lock."""
+    with open(path, "a") as fh:
+        if fcntl is None:
+            yield
+            return
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def index_lock(cache):
+    """Hold an exclusive lock on the file beside ``cache``'s index while the block runs."""
+    return file_lock(cache._cache_file._index_path + ".lock")
 
 
 class HelperProgress:

@@ -33,15 +33,13 @@ from pathlib import Path
 
 import numba
 
+from .._cache_share import file_lock
+from .._io import atomic_write_text
+
 __all__ = ["STAMP", "cache_folder", "refresh", "sources_digest", "stamp_dispatchers"]
 
 #: the file beside the cache that holds the digest its entries were compiled from
 STAMP = "gatfast-kernels.stamp"
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not POSIX: no lock (a second process may delete again)
-    fcntl = None
 
 
 def sources_digest(folder):
@@ -55,18 +53,6 @@ def sources_digest(folder):
 def cache_folder(dispatcher):
     """The folder Numba caches ``dispatcher`` in, as its locator chose it; None without a cache."""
     return getattr(getattr(dispatcher, "_cache", None), "_cache_path", None)
-
-
-@contextlib.contextmanager
-def _locked(path):
-    with open(path, "a") as handle:
-        if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            if fcntl is not None:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _read(path):
@@ -113,17 +99,14 @@ def refresh(folder, modules, dispatcher):
         return False
     try:
         os.makedirs(path, exist_ok=True)
-        with _locked(stamp + ".lock"):
+        with file_lock(stamp + ".lock"):
             if _read(stamp) == digest:  # another process refreshed it while this one waited
                 return False
             for name in os.listdir(path):
                 if name.endswith((".nbi", ".nbc")):
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(os.path.join(path, name))
-            partial = f"{stamp}.{os.getpid()}.tmp"
-            with open(partial, "w", encoding="ascii") as handle:
-                handle.write(digest)
-            os.replace(partial, stamp)
+            atomic_write_text(stamp, digest)
     except OSError:
         return False
     return True

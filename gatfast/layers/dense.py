@@ -28,6 +28,7 @@ __all__ = [
     "add_bias",
     "bias_rows_fit",
     "bias_or_empty",
+    "chunk_rows",
     "dense_backward",
     "dense_projections",
     "linear",
@@ -110,9 +111,22 @@ def small_projection_grads(x, g_l, g_r, W_l, W_r, with_bias, want_x):
     return gW_l, gb_l if with_bias else None, gW_r, gb_r if with_bias else None, grad_x if want_x else None
 
 
+def chunk_rows(n):
+    """Rows per chunk of an ``n``-row product: fixed by ``n`` alone, so sums over chunks are too."""
+    return max(MIN_ROW_CHUNK, -(-n // 32))
+
+
 def row_chunks(n):
-    size = max(MIN_ROW_CHUNK, -(-n // 32))
+    size = chunk_rows(n)
     return [(start, min(n, start + size)) for start in range(0, n, size)] or [(0, 0)]
+
+
+def _in_order(values):
+    """``values[0] + values[1] + ...``, left to right (the chunk partials' fixed order); None for Nones."""
+    total = values[0]
+    for value in values[1:]:
+        total = None if total is None else total + value
+    return total
 
 
 def tiled(a, out):
@@ -206,7 +220,7 @@ def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
     """:func:`dense_backward` with the tile, one Numba call per chunk (``kernels/dense_grads.py``)."""
     n, features = x.shape
     channels = grads[0].shape[1]
-    size = row_chunks(n)[0][1] or 1
+    size = chunk_rows(n)
     count = max(1, -(-n // size))
     transposed = channels > features  # the wider output rows fill more of the tile's vectors
     shape = (features, channels) if transposed else (channels, features)
@@ -226,11 +240,13 @@ def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
         _runtime.run_rows(dense_grad_chunks, count, args, macs // _runtime.MACS_PER_UNIT)
     parts = []
     for side in range(len(grads)):
-        gW, gb_side = gw[0, side], gb[0, side]
-        for k in range(1, count):  # chunk order: fixed
-            gW = gW + gw[k, side]
-            gb_side = gb_side + gb[k, side]
-        parts.append((np.ascontiguousarray(gW.T) if transposed else gW, gb_side if with_bias else None))
+        gW = _in_order(list(gw[:, side]))
+        parts.append(
+            (
+                np.ascontiguousarray(gW.T) if transposed else gW,
+                _in_order(list(gb[:, side])) if with_bias else None,
+            )
+        )
     return parts
 
 
@@ -252,14 +268,9 @@ def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
     else:
         macs = x.shape[0] * x.shape[1] * sum(g.shape[1] for g in grads) * (2 if grad_x is not None else 1)
         results = _runtime.run_chunks(task, chunks, macs // _runtime.MACS_PER_UNIT)
-    parts = []
-    for side in range(len(grads)):
-        gW, gb = results[0][side]
-        for r in results[1:]:  # chunk order: fixed
-            gW = gW + r[side][0]
-            gb = None if gb is None else gb + r[side][1]
-        parts.append((gW, gb))
-    return parts
+    return [
+        tuple(_in_order([r[side][item] for r in results]) for item in range(2)) for side in range(len(grads))
+    ]
 
 
 def sparse_matmul(a, dense, bias, out):
