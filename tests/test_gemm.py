@@ -181,11 +181,18 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
 @pytest.mark.parametrize(
     "shared, with_bias, want_x", [(False, True, True), (True, False, True), (False, True, False)]
 )
-def test_tiled_dense_backward(dtype, rows, features, channels, shared, with_bias, want_x):
+def test_tiled_dense_backward(monkeypatch, dtype, rows, features, channels, shared, with_bias, want_x):
     """The tiled backward (``kernels/dense_grads.py``) against float64 products, and the same bits on one
-    thread as on two: its chunks and their sums do not depend on the thread count."""
+    thread as on two: its chunks and their sums do not depend on the thread count. Every size takes the
+    tile here, also those below ``TILED_BACKWARD_ROWS`` (no rows, one short block)."""
     import numba
 
+    from gatfast.layers import dense
+
+    calls = []
+    kernel = dense.dense_grad_chunks
+    monkeypatch.setattr(dense, "TILED_BACKWARD_ROWS", 0)
+    monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append(a[:2]) or kernel(*a))
     rng = np.random.default_rng(rows + features + channels)
     x = rng.standard_normal((rows, features)).astype(dtype)
     g_l = rng.standard_normal((rows, channels)).astype(dtype)
@@ -218,6 +225,31 @@ def test_tiled_dense_backward(dtype, rows, features, channels, shared, with_bias
         assert grad_x.tobytes() == grad_x2.tobytes() or numba.config.NUMBA_NUM_THREADS < 2
         expected = g_l @ W_l.astype(np.float64) + (0 if shared else g_r @ W_r.astype(np.float64))
         np.testing.assert_allclose(grad_x, expected, **tol)
+    assert calls
+
+
+@pytest.mark.parametrize("rows", [34, 127, 128, 300])
+def test_only_a_whole_block_of_rows_takes_the_tiled_backward(monkeypatch, rows):
+    """Fewer rows than one block of the tiled backward take BLAS's calls (as fast or faster there, and a
+    first run on a tiny graph then compiles one kernel less); both agree with float64 products."""
+    from gatfast.layers import dense
+
+    calls = []
+    kernel = dense.dense_grad_chunks
+    monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append(a[:2]) or kernel(*a))
+    rng = np.random.default_rng(rows)
+    x = rng.standard_normal((rows, 34)).astype(np.float32)
+    g_l, g_r = (rng.standard_normal((rows, 64)).astype(np.float32) for _ in range(2))
+    W_l, W_r = (rng.standard_normal((64, 34)).astype(np.float32) for _ in range(2))
+    grad_x = np.empty_like(x)
+    gW_l, gb_l, gW_r, gb_r = dense_backward(x, g_l, g_r, W_l, W_r, grad_x, True)
+    assert bool(calls) == (rows >= dense.TILED_BACKWARD_ROWS) and dense.TILED_BACKWARD_ROWS == 128
+    x64 = x.astype(np.float64)
+    tol = {"rtol": 1e-4, "atol": 1e-3}
+    np.testing.assert_allclose(gW_l, g_l.T @ x64, **tol)
+    np.testing.assert_allclose(gW_r, g_r.T @ x64, **tol)
+    np.testing.assert_allclose(gb_l, g_l.sum(0), **tol)
+    np.testing.assert_allclose(grad_x, g_l @ W_l.astype(np.float64) + g_r @ W_r.astype(np.float64), **tol)
 
 
 def test_dense_backward_refuses_arrays_that_do_not_fit():

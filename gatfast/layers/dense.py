@@ -18,13 +18,14 @@ from scipy.linalg import blas
 
 from .. import _runtime
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
-from ..kernels.dense_grads import dense_grad_chunks
+from ..kernels.dense_grads import BLOCK, dense_grad_chunks
 from ..kernels.dense_small import project2, project2_backward
 from ..kernels.gemm import TILE_BYTES, matmul_rows
 from ..kernels.reduce import add_bias_rows
 
 __all__ = [
     "SMALL_PRODUCT",
+    "TILED_BACKWARD_ROWS",
     "add_bias",
     "bias_rows_fit",
     "bias_or_empty",
@@ -87,6 +88,13 @@ MIN_ROW_CHUNK = 2048  # rows; at most 32 chunks above 65,536 rows
 #: scene (10 x 16 x 32) that took 4.2 us instead of 6.9 us forward and 12 us
 #: instead of 22 us backward; at 100 x 16 x 64 BLAS was 4x faster (2-core AMD EPYC).
 SMALL_PRODUCT = 1 << 14
+
+
+#: The fewest rows whose projections' backward takes the tile (``kernels/dense_grads.py``), one block of its
+#: rows. Below, BLAS's few calls were as fast or faster (2-core Intel Xeon, 2 threads, BLAS on one: the
+#: tile took 1.16-1.33x BLAS's time on 34 and 64 rows of 34 features, 0.86-1.20x on 96-128 rows), and a
+#: first ``gatfast train`` (the 34-node karate club) then does not compile that kernel (1.7 s of 9.9).
+TILED_BACKWARD_ROWS = BLOCK
 
 
 def is_small(rows, in_width, out_width):
@@ -186,7 +194,8 @@ def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
     grads = [g for g in (grad_l, grad_r) if g is not None]
     weights = [W_l, W_r][: len(grads)]
     if (
-        all(tiled(g, x) for g in grads)
+        x.shape[0] >= TILED_BACKWARD_ROWS
+        and all(tiled(g, x) for g in grads)
         and all(W.dtype == x.dtype for W in weights)
         and (grad_x is None or all(tiled(g, grad_x) for g in grads))
     ):
