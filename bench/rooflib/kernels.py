@@ -21,7 +21,7 @@ from gatfast import _validate as V
 from gatfast._runtime import blas_single_thread
 from gatfast.layers.dense import dense_backward, dense_projections, sparse_matmul2
 from gatfast.layers.inputs import resolve_inputs
-from gatfast.layers.rowwise import add_bias_finite, bias_gradient
+from gatfast.layers.rowwise import add_bias_finite, checked_bias_gradient
 
 from .model import Gather, Kernel, Model, bound, step_footprint
 
@@ -121,12 +121,18 @@ def k_out_bias(d, s=None):
 
 
 def k_check_grad(d, s=None):
-    """Backward input check (``grad_out`` finite) and the output-bias gradient ``grad_out.sum(0)``: one read is the minimum."""
+    """Backward input check (``grad_out`` finite) and the output-bias gradient ``grad_out.sum(0)``: one read is the minimum.
+
+    As the layer does it: with a bias, one pass whose sums also check ``grad_out``
+    (``checked_bias_gradient``); without, the finiteness check alone.
+    """
     model = Model(reads={"grad": d.n * d.hc * d.f}, flops=2 * d.n * d.hc)  # a compare and an add per element
 
     def run():
-        V.check_dense(s.grad_out, "grad_out", (d.n, d.hc), s.dtype)
-        bias_gradient(s.grad_out)
+        if s.bias is not None:
+            checked_bias_gradient(s.grad_out, "grad_out")
+        else:
+            V.check_dense(s.grad_out, "grad_out", (d.n, d.hc), s.dtype)
 
     return Kernel("check_grad", "checks: grad_out finite + bias grad", model, run if s else None)
 

@@ -57,7 +57,7 @@ class State:
         empty = np.zeros(0, self.dtype)
         self.b_l = empty if self.b_l_opt is None else self.b_l_opt
         self.b_r = empty if self.b_r_opt is None else self.b_r_opt
-        self.bias = p["bias"]
+        self.bias = p.get("bias")  # None for a layer without one
         self.att = p["att"]
         self.slope = self.dtype.type(layer.negative_slope)
         self.kind = ACTIVATIONS[layer.attention_activation]
