@@ -228,32 +228,49 @@ def test_tiled_dense_backward(monkeypatch, dtype, rows, features, channels, shar
     assert calls
 
 
-@pytest.mark.parametrize("rows", [34, 127, 128, 300])
-def test_only_a_whole_block_of_rows_takes_the_tiled_backward(monkeypatch, rows):
-    """Fewer rows than one block of the tiled backward take BLAS's calls (as fast or faster there, and a
-    first run on a tiny graph then compiles one kernel less); both agree with float64 products."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [0, 1, 34, 127, 128, 300])
+@pytest.mark.parametrize(
+    "shared, with_bias, want_x", [(False, True, True), (True, False, True), (False, True, False)]
+)
+def test_only_a_whole_block_of_rows_takes_the_tiled_backward(
+    monkeypatch, dtype, rows, shared, with_bias, want_x
+):
+    """Fewer rows than one block of the tiled backward take BLAS's calls (as fast or about as fast there, and a
+    first run on a tiny graph then compiles one kernel less); either agrees with float64 products, with
+    every output's presence, shape, dtype and layout as the tile gives them."""
     from gatfast.layers import dense
 
     calls = []
     kernel = dense.dense_grad_chunks
     monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append(a[:2]) or kernel(*a))
     rng = np.random.default_rng(rows)
-    x = rng.standard_normal((rows, 34)).astype(np.float32)
-    g_l, g_r = (rng.standard_normal((rows, 64)).astype(np.float32) for _ in range(2))
-    W_l, W_r = (rng.standard_normal((64, 34)).astype(np.float32) for _ in range(2))
-    grad_x = np.empty_like(x)
-    gW_l, gb_l, gW_r, gb_r = dense_backward(x, g_l, g_r, W_l, W_r, grad_x, True)
+    x = rng.standard_normal((rows, 34)).astype(dtype)
+    g_l = rng.standard_normal((rows, 64)).astype(dtype)
+    g_r = None if shared else rng.standard_normal((rows, 64)).astype(dtype)
+    W_l = rng.standard_normal((64, 34)).astype(dtype)
+    W_r = None if shared else rng.standard_normal((64, 34)).astype(dtype)
+    grad_x = np.full_like(x, np.nan) if want_x else None
+    got = dense_backward(x, g_l, g_r, W_l, W_r, grad_x, with_bias)
     assert bool(calls) == (rows >= dense.TILED_BACKWARD_ROWS) and dense.TILED_BACKWARD_ROWS == 128
     x64 = x.astype(np.float64)
-    tol = {"rtol": 1e-4, "atol": 1e-3}
-    np.testing.assert_allclose(gW_l, g_l.T @ x64, **tol)
-    np.testing.assert_allclose(gW_r, g_r.T @ x64, **tol)
-    np.testing.assert_allclose(gb_l, g_l.sum(0), **tol)
-    np.testing.assert_allclose(grad_x, g_l @ W_l.astype(np.float64) + g_r @ W_r.astype(np.float64), **tol)
+    want = [g_l.T @ x64, g_l.sum(0) if with_bias else None]
+    want += [None, None] if shared else [g_r.T @ x64, g_r.sum(0) if with_bias else None]
+    tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-10}
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.dtype == dtype and a.flags.c_contiguous and a.shape == b.shape
+            np.testing.assert_allclose(a, b, **tol)
+    if want_x:
+        expected = g_l @ W_l.astype(np.float64) + (0 if shared else g_r @ W_r.astype(np.float64))
+        np.testing.assert_allclose(grad_x, expected, **tol)
 
 
-def test_dense_backward_refuses_arrays_that_do_not_fit():
+def test_dense_backward_refuses_arrays_that_do_not_fit(monkeypatch):
     """The tiled backward reads without bounds checks: sizes that do not fit are refused first."""
+    from gatfast.layers import dense
+
     rng = np.random.default_rng(3)
     x = rng.standard_normal((40, 16)).astype(np.float32)
     g = rng.standard_normal((40, 32)).astype(np.float32)
@@ -269,7 +286,47 @@ def test_dense_backward_refuses_arrays_that_do_not_fit():
         dense_backward(x, g, None, W[:, :15], None, grad_x, True)
     with pytest.raises(ValueError, match="W_r"):
         dense_backward(x, g, g, W, None, grad_x, True)
-    got = dense_backward(x, g, g, W, W.astype(np.float64), grad_x, True)  # BLAS's path, not the tile's
-    np.testing.assert_allclose(got[2], g.T @ x, rtol=1e-5, atol=1e-4)
+    # weights of another dtype take BLAS's path, also with enough rows for the tile (which would not compile)
+    rows = 2 * dense.TILED_BACKWARD_ROWS
+    xb, gb = (
+        rng.standard_normal((rows, 16)).astype(np.float32),
+        rng.standard_normal((rows, 32)).astype(np.float32),
+    )
+    calls = []
+    kernel = dense.dense_grad_chunks
+    monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append(a[:2]) or kernel(*a))
+    got = dense_backward(xb, gb, gb, W, W.astype(np.float64), np.empty_like(xb), True)
+    np.testing.assert_allclose(got[2], gb.T @ xb, rtol=1e-5, atol=1e-4)
+    assert not calls
+    dense_backward(xb, gb, gb, W, W, np.empty_like(xb), True)
+    assert calls  # the same arrays with one dtype: the tile
     with pytest.raises(ValueError, match="grad_x"):
         dense_backward(x, g, None, W, None, grad_x[:39], True)
+
+
+def test_blas_backward_holds_blas_at_one_thread(monkeypatch):
+    """Below TILED_BACKWARD_ROWS the backward's products go to BLAS, which must not wake its own threads
+    there, whoever calls (a bipartite layer sizes its hold by its source side only); after the call
+    BLAS has its count back."""
+    from threadpoolctl import threadpool_info
+
+    from gatfast._runtime import BLAS_SMALL
+    from gatfast.layers import dense
+
+    def blas_threads():
+        return max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1)
+
+    before = blas_threads()
+    if before == 1:
+        pytest.skip("BLAS runs on one thread here anyway")
+    seen = []
+    real = dense.column_sum
+    monkeypatch.setattr(dense, "column_sum", lambda a: seen.append(blas_threads()) or real(a))
+    rows, features, channels = dense.TILED_BACKWARD_ROWS - 1, 64, 64
+    assert rows * features * channels >= BLAS_SMALL
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((rows, features)).astype(np.float32)
+    g = rng.standard_normal((rows, channels)).astype(np.float32)
+    W = rng.standard_normal((channels, features)).astype(np.float32)
+    dense_backward(x, g, g, W, W, np.empty_like(x), True)
+    assert seen == [1, 1] and blas_threads() == before

@@ -353,7 +353,8 @@ def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
     monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append("projections") or tile(*a))
     monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append("backward") or grads_kernel(*a))
     rng = np.random.default_rng(in_features)
-    graph = naive.mixed_graph(rng, n=130, hub_degree=6)  # past dense.SMALL_PRODUCT
+    graph = naive.mixed_graph(rng, n=130, hub_degree=6)  # past dense.SMALL_PRODUCT and TILED_BACKWARD_ROWS
+    assert graph.num_nodes >= dense.TILED_BACKWARD_ROWS
     layer = make_layer(seed=in_features, in_features=in_features, out_features=8, heads=2)
     x = rng.standard_normal((graph.num_nodes, in_features))
     out, cache = layer.forward(graph, x)

@@ -145,7 +145,8 @@ def test_dense_tile_path_matches_pyg(monkeypatch, in_features, share_weights):
     monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append("projections") or tile(*a))
     monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append("backward") or grads_kernel(*a))
     rng = np.random.default_rng(in_features)
-    graph = naive.mixed_graph(rng, n=160, hub_degree=9)  # past dense.SMALL_PRODUCT at every width
+    graph = naive.mixed_graph(rng, n=160, hub_degree=9)  # past SMALL_PRODUCT at every width, and 128 rows
+    assert graph.num_nodes >= dense.TILED_BACKWARD_ROWS
     layer, conv = make_pair(in_features, 8, seed=2, heads=2, share_weights=share_weights)
     x = rng.standard_normal((graph.num_nodes, in_features))
     out, cache = layer.forward(graph, x)

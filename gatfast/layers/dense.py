@@ -3,11 +3,11 @@
 Products with contiguous rows of one float dtype and a full vector of output
 columns run in Numba's register tile (``kernels/gemm.py``); the
 projections' backward then makes one Numba call per chunk of rows for all
-of its products (``kernels/dense_grads.py``). Others take one-thread BLAS
-calls by chunks of rows on Python threads (NumPy releases the GIL inside
-BLAS). Either way the chunks are fixed by the row count alone, so sums
-over rows (weight gradients) run in the same order, to the bit, for any
-thread count.
+of its products (``kernels/dense_grads.py``), from
+:data:`TILED_BACKWARD_ROWS` rows on. Others take one-thread BLAS calls by
+chunks of rows on Python threads (NumPy releases the GIL inside BLAS).
+Either way the chunks are fixed by the row count alone, so sums over rows
+(weight gradients) run in the same order, to the bit, for any thread count.
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ SMALL_PRODUCT = 1 << 14
 
 
 #: The fewest rows whose projections' backward takes the tile (``kernels/dense_grads.py``), one block of its
-#: rows. Below, BLAS's few calls were as fast or faster (2-core Intel Xeon, 2 threads, BLAS on one: the
-#: tile took 1.16-1.33x BLAS's time on 34 and 64 rows of 34 features, 0.86-1.20x on 96-128 rows), and a
-#: first ``gatfast train`` (the 34-node karate club) then does not compile that kernel (1.7 s of 9.9).
+#: rows. Below, BLAS's few calls cost less or about the same (2-core Intel Xeon, 2 threads, BLAS on one: the
+#: tile took 1.16-1.33x BLAS's time on 34 and 64 rows of 34 features, 0.86-1.20x on 96-128 rows, 0.74-0.79x
+#: on 256-523 rows of 64), and a first ``gatfast train`` (the 34-node karate club) then does not compile
+#: that kernel (1.7 of the 9.9 s its kernels took to compile).
 TILED_BACKWARD_ROWS = BLOCK
 
 
@@ -156,7 +157,8 @@ def tiled(a, out):
 
 def dense_projections(x, pairs):
     """``out[...] = x @ W.T + b`` for every ``(W, b, out)`` in ``pairs``, by row chunks in parallel."""
-    if all(tiled(x, out) for _, _, out in pairs):
+    tile = all(tiled(x, out) for _, _, out in pairs)
+    if tile:
         x_ro = readonly(x)
         plans = [
             (readonly(np.ascontiguousarray(W.T)), readonly(bias_or_empty(b, x.dtype)), out)
@@ -175,12 +177,14 @@ def dense_projections(x, pairs):
                 if b is not None:
                     add_bias(out[start:stop], b)
 
-    if x.shape[0] <= MIN_ROW_CHUNK:  # one chunk: no thread pool
-        task(0, x.shape[0])
-        return
-
-    macs = x.shape[0] * x.shape[1] * sum(out.shape[1] for _, _, out in pairs)
-    _runtime.run_chunks(task, row_chunks(x.shape[0]), macs // _runtime.MACS_PER_UNIT)
+    # BLAS at one thread, as in _blas_backward (the tile's branch calls no BLAS: a hold of no work is none)
+    blas_work = 0 if tile else x.shape[0] * x.shape[1] * max(out.shape[1] for _, _, out in pairs)
+    with _runtime.blas_single_thread(blas_work):
+        if x.shape[0] <= MIN_ROW_CHUNK:  # one chunk: no thread pool
+            task(0, x.shape[0])
+            return
+        macs = x.shape[0] * x.shape[1] * sum(out.shape[1] for _, _, out in pairs)
+        _runtime.run_chunks(task, row_chunks(x.shape[0]), macs // _runtime.MACS_PER_UNIT)
 
 
 def dense_backward(x, grad_l, grad_r, W_l, W_r, grad_x, with_bias):
@@ -260,7 +264,17 @@ def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
 
 
 def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
-    """:func:`dense_backward` through BLAS, by row chunks on Python threads (narrow or strided arrays)."""
+    """:func:`dense_backward` through BLAS, by row chunks on Python threads, BLAS held at one thread.
+
+    For narrow, strided or mixed-dtype arrays, and fewer rows than :data:`TILED_BACKWARD_ROWS`. The hold is
+    its own (free inside a layer's): a layer sizes its hold by its source side's product, and the target
+    side of a bipartite layer may be the bigger.
+    """
+    with _runtime.blas_single_thread(x.shape[0] * x.shape[1] * max(g.shape[1] for g in grads)):
+        return _blas_backward_held(x, grads, W_l, W_r, grad_x, with_bias)
+
+
+def _blas_backward_held(x, grads, W_l, W_r, grad_x, with_bias):
     chunks = row_chunks(x.shape[0])
 
     def task(start, stop):
