@@ -270,11 +270,6 @@ def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
     its own (free inside a layer's): a layer sizes its hold by its source side's product, and the target
     side of a bipartite layer may be the bigger.
     """
-    with _runtime.blas_single_thread(x.shape[0] * x.shape[1] * max(g.shape[1] for g in grads)):
-        return _blas_backward_held(x, grads, W_l, W_r, grad_x, with_bias)
-
-
-def _blas_backward_held(x, grads, W_l, W_r, grad_x, with_bias):
     chunks = row_chunks(x.shape[0])
 
     def task(start, stop):
@@ -286,11 +281,12 @@ def _blas_backward_held(x, grads, W_l, W_r, grad_x, with_bias):
                 matmul_add(grads[1][start:stop], W_r, grad_x[start:stop])
         return parts
 
-    if len(chunks) == 1:  # the same operations as one chunk, without the thread pool
-        results = [task(0, x.shape[0])]
-    else:
-        macs = x.shape[0] * x.shape[1] * sum(g.shape[1] for g in grads) * (2 if grad_x is not None else 1)
-        results = _runtime.run_chunks(task, chunks, macs // _runtime.MACS_PER_UNIT)
+    with _runtime.blas_single_thread(x.shape[0] * x.shape[1] * max(g.shape[1] for g in grads)):
+        if len(chunks) == 1:  # the same operations as one chunk, without the thread pool
+            results = [task(0, x.shape[0])]
+        else:
+            macs = x.shape[0] * x.shape[1] * sum(g.shape[1] for g in grads) * (2 if grad_x is not None else 1)
+            results = _runtime.run_chunks(task, chunks, macs // _runtime.MACS_PER_UNIT)
     return [
         tuple(_in_order([r[side][item] for r in results]) for item in range(2)) for side in range(len(grads))
     ]
