@@ -102,18 +102,19 @@ def run_rows(kernel, count, args, work):
     :data:`PARALLEL_WORK` runs on the calling thread. Work just above it
     gets several chunks per thread, not one: a helper that wakes late then
     still takes its share, where one chunk each made the caller wait for it.
+    Returns the kernel's return values, one per chunk, in no set order.
     """
     if work < PARALLEL_WORK:  # before asking Numba its thread count: that takes microseconds
-        kernel(0, count, *args)
-        return
+        return [kernel(0, count, *args)]
     workers = _workers_for(work)
     pieces = min(count, workers * CHUNKS_PER_THREAD, work // max(SERIAL_WORK, 1))
     if workers <= 1 or pieces <= 1:
-        kernel(0, count, *args)
-        return
+        return [kernel(0, count, *args)]
     size = -(-count // pieces)
     chunks = [(start, min(count, start + size)) for start in range(0, count, size)]
-    _share(lambda start, stop: kernel(start, stop, *args), chunks, workers)
+    results = []  # list.append is atomic under the GIL
+    _share(lambda start, stop: results.append(kernel(start, stop, *args)), chunks, workers)
+    return results
 
 
 def _workers_for(work):

@@ -155,7 +155,8 @@ def test_forward_aggregation_gives_the_same_bits_on_both_paths(dtype, channels, 
     for layout in (np.ascontiguousarray, _strided_copy):
         alpha = np.empty((indices.size, heads), dtype)
         out = layout(np.full((rows, heads, channels), np.nan, dtype))
-        gatv2_forward_rows(0, rows, indptr, indices, xl, xr, att, dtype(0.2), 0, edge_scale, alpha, out)
+        head = (indptr, indices, xl, xr, att, dtype(0.2), 0)
+        gatv2_forward_rows(0, rows, *head, edge_scale, np.zeros(0, dtype), False, alpha, out)
         results.append((alpha, np.ascontiguousarray(out)))
     (alpha, out), (alpha_s, out_s) = results
     assert alpha.tobytes() == alpha_s.tobytes()

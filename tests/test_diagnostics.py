@@ -89,7 +89,7 @@ def kernel_attention_changed(layer, cache):
                 alpha = np.empty((g.nnz, H))
                 out = np.empty((n, H, C))
                 kernel(0, n, g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind, *edge,
-                       empty, alpha, out)
+                       empty, np.zeros(0), False, alpha, out)
                 outs.append(out[:, h, :])
             ratio[:, h, d] = np.abs(outs[0] - outs[1]).max(axis=1) / (2 * EPS)
     ambiguous = (ratio > DEAD) & (ratio < LIVE)

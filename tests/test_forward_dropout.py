@@ -55,9 +55,11 @@ def test_dropped_edges_leave_the_aggregation_bits_as_skipping_them(dtype, channe
         rng = np.random.default_rng(1)
         u = rng.normal(size=(g.nnz, 3)).astype(dtype)
         weT = rng.normal(size=(heads, 3, channels)).astype(dtype)
-        gatv2_forward_edge_rows(0, g.num_dst, *head, u, weT, edge_scale, alpha, out)
+        gatv2_forward_edge_rows(
+            0, g.num_dst, *head, u, weT, edge_scale, np.zeros(0, dtype), False, alpha, out
+        )
     else:
-        gatv2_forward_rows(0, g.num_dst, *head, edge_scale, alpha, out)
+        gatv2_forward_rows(0, g.num_dst, *head, edge_scale, np.zeros(0, dtype), False, alpha, out)
     expected = _skip_dropped(g.indptr, g.indices, xl, alpha, edge_scale)
     # bit for bit, the sign of zero included (a row with every edge dropped is +0, never -0)
     int_type = np.int32 if dtype == np.float32 else np.int64

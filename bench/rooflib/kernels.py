@@ -21,7 +21,7 @@ from gatfast import _validate as V
 from gatfast._runtime import blas_single_thread
 from gatfast.layers.dense import dense_backward, dense_projections, sparse_matmul2
 from gatfast.layers.inputs import resolve_inputs
-from gatfast.layers.rowwise import add_bias_finite, checked_bias_gradient
+from gatfast.layers.rowwise import checked_bias_gradient
 
 from .model import Gather, Kernel, Model, bound, step_footprint
 
@@ -91,7 +91,8 @@ def _edge_reads(d):
 
 
 def k_forward(d, s=None):
-    """Fused forward ``gatv2_forward_rows``: scores, row softmax, aggregation; one ``xl[j]`` gather per edge."""
+    """Fused forward ``gatv2_forward_rows``: scores, row softmax, aggregation, and the output bias and its
+    finiteness check as each row is written; one ``xl[j]`` gather per edge."""
     row = d.hc * d.f
     D = d.edge_dim
     model = Model(
@@ -100,24 +101,14 @@ def k_forward(d, s=None):
         gathers=[Gather("xl", d.nnz, row, d.ns * row)],
         # per edge and channel: z add (+ D mul + add with edge features), slope mul, att mul, score add;
         # aggregation mul + add. Per edge and head: subtract max, exp, add to denominator, normalise;
-        # per node and head: 1 / denom
-        flops=(6 + 2 * D) * d.nnz * d.hc + 4 * d.nnz * d.heads + d.n * d.heads,
+        # per node and head: 1 / denom; per output value: the bias add and the finiteness mark (v - v, +)
+        flops=(6 + 2 * D) * d.nnz * d.hc + 4 * d.nnz * d.heads + d.n * d.heads + 3 * d.n * d.hc,
     )
 
     def run():
         s.run_forward()
 
     return Kernel("forward", "fused forward (gatv2_forward_rows)", model, run if s else None, edge=True)
-
-
-def k_out_bias(d, s=None):
-    """``out += bias`` and the output's NaN check (the layer finishes its output in place)."""
-    model = Model(reads={"out": d.n * d.hc * d.f}, writes={"out": d.n * d.hc * d.f}, flops=d.n * d.hc)
-
-    def run():
-        add_bias_finite(s.out2d, s.bias)
-
-    return Kernel("out_bias", "out += bias, output finite", model, run if s else None)
 
 
 def k_check_grad(d, s=None):
@@ -281,7 +272,7 @@ def k_sparse_weight_grads(d, s=None):
 
 def kernels_for(d, s=None):
     """The kernels of one forward + backward, in the order the layer runs them."""
-    ks = [k_check_x, k_projections, k_forward, k_out_bias, k_check_grad, k_target, k_source]
+    ks = [k_check_x, k_projections, k_forward, k_check_grad, k_target, k_source]
     if d.edge_dim:
         ks.append(k_edge_weight_grad)
     ks += [k_sparse_transpose, k_sparse_weight_grads] if d.x_sparse else [k_dense_backward]

@@ -18,7 +18,7 @@ from gatfast.kernels import (
     num_att_blocks,
     readonly,
 )
-from gatfast.layers.passes import source_prefetch_distance, uses_source_signs
+from gatfast.layers.passes import finishes_output, source_prefetch_distance, uses_source_signs
 
 
 def edge_weights(layer, params):
@@ -110,7 +110,8 @@ class State:
     def run_forward(self):
         """The forward kernel, as ``layers/passes.py`` runs it."""
         head = (self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind)
-        tail = (self.edge_scale, self.alpha, self.out)
+        bias = self.layer.constants.no_bias if self.bias is None else self.bias
+        tail = (self.edge_scale, bias, finishes_output(self.layer), self.alpha, self.out)
         if self.edge_features:
             self._rows(gatv2_forward_edge_rows, len(self.indptr) - 1, *head, self.u, self.weT, *tail)
         else:

@@ -71,7 +71,10 @@ def small_layer_forward(
         matmul_rows(np.int64(0), n, x, wlt, blt, accumulate, xl.reshape(n, heads * channels))
         matmul_rows(np.int64(0), n, x, wrt, brt, accumulate, xr.reshape(n, heads * channels))
     # a first row typed int64, not the literal 0: the general path's specialisation, compiled once
-    gatv2_forward_rows(np.int64(0), n, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, per_head)
+    # the output is finished below (the mean of the heads first, where they are averaged)
+    unfinished = n < 0  # False, typed as the general path's flag
+    head = (indptr, indices, xl, xr, att, slope, kind)
+    gatv2_forward_rows(np.int64(0), n, *head, edge_scale, bias[:0], unfinished, alpha, per_head)
     concat = out.shape[1] == heads * channels
     inv = xl.dtype.type(heads)
     finite = True

@@ -313,7 +313,7 @@ class GATv2Layer:
             edge_scale = attention_dropout(self, inputs, self._rng if rng is None else rng, ws)
         else:
             edge_scale = self.constants.no_dropout
-        alpha, per_head = attention_forward(self, g, xl, xr, inputs.u, edge_scale, params, ws)
+        alpha, per_head, finite = attention_forward(self, g, xl, xr, inputs.u, edge_scale, params, ws)
         x_dst = inputs.x_dst
         if self.root_weight == "theta_r":
             per_head += xr
@@ -324,7 +324,9 @@ class GATv2Layer:
         out = per_head.reshape(n, H * C) if self.concat or H == 1 else per_head.mean(axis=1)
         if self.residual:
             out += linear(x_dst, params["W_res"], None)
-        if not add_bias_finite(out, params["bias"] if self.bias else None):
+        if finite is None:  # the kernel did not finish the output (attention_forward)
+            finite = add_bias_finite(out, params["bias"] if self.bias else None)
+        if not finite:
             self.params.check_finite()  # names a non-finite parameter, if one is the cause
             raise V.NonFiniteError("the layer output contains NaN or inf: an overflow (scale the inputs or the "
                                    "parameters down)")

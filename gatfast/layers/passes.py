@@ -40,6 +40,7 @@ __all__ = [
     "attention_backward",
     "attention_dropout",
     "attention_forward",
+    "finishes_output",
     "kernel_constants",
     "source_prefetch_distance",
     "uses_source_signs",
@@ -100,20 +101,29 @@ def _work(graph, layer, u):
     return graph.nnz * layer.heads * layer.out_features * (1 + u.shape[1] if u.shape[0] else 1)
 
 
+def finishes_output(layer):
+    """Whether the forward kernel's aggregation is the layer's output, so the kernel adds the output bias
+    and checks the output as it writes it (one head or concatenated heads, no root weight or residual)."""
+    return (layer.concat or layer.heads == 1) and layer.root_weight is None and not layer.residual
+
+
 def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
-    """``(alpha, per_head)``: attention weights (E, H) and per-head aggregation (n_dst, H, C)."""
+    """``(alpha, per_head, finite)``: attention weights (E, H), per-head aggregation (n_dst, H, C) and,
+    where :func:`finishes_output`, whether that output (its bias added) is finite; else None."""
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
     alpha = ws.empty("alpha", (g.nnz, H), dtype)
     per_head = ws.empty("out", (g.num_dst, H, C), dtype)
     k = layer.constants
+    finish = finishes_output(layer)
+    bias = params["bias"] if finish and layer.bias else k.no_bias
     head = (g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind)
-    tail = (readonly(edge_scale), alpha, per_head)
+    tail = (readonly(edge_scale), bias, finish, alpha, per_head)
     if layer.edge_dim is None:
-        _runtime.run_rows(gatv2_forward_rows, g.num_dst, head + tail, _work(g, layer, u))
+        finite = _runtime.run_rows(gatv2_forward_rows, g.num_dst, head + tail, _work(g, layer, u))
     else:
         edge = (readonly(u), readonly(_edge_weights(layer, params)))
-        _runtime.run_rows(gatv2_forward_edge_rows, g.num_dst, head + edge + tail, _work(g, layer, u))
-    return alpha, per_head
+        finite = _runtime.run_rows(gatv2_forward_edge_rows, g.num_dst, head + edge + tail, _work(g, layer, u))
+    return alpha, per_head, (all(finite) if finish else None)
 
 
 def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
