@@ -156,7 +156,7 @@ def capture(name, size):
 
     def recording(kernel, count, args, work):
         seen[kernel.__name__] = (kernel, count, args)
-        run_rows(kernel, count, args, work)
+        return run_rows(kernel, count, args, work)
 
     _runtime.run_rows = recording
     try:

@@ -56,6 +56,7 @@ def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
     for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
         upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
         p_out, att_part = make((n, heads, channels)), make((blocks, heads, channels))
+        bias_part = make((blocks, heads, channels))
         gatv2_backward_target_blocks(
             0,
             blocks,
@@ -73,11 +74,23 @@ def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
             delta,
             p_out,
             att_part,
+            bias_part,
         )
-        results.append([np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part)])
-    for name, fast, plain in zip(("upstream", "delta", "p_out", "att_part"), *results):
+        results.append([np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part, bias_part)])
+    for name, fast, plain in zip(("upstream", "delta", "p_out", "att_part", "bias_part"), *results):
         assert not np.isnan(fast).any(), name
         assert fast.tobytes() == plain.tobytes(), name
+    assert results[0][-1].tobytes() == _block_sums(grad, blocks).tobytes()
+
+
+def _block_sums(grad, blocks):
+    """Each block's rows of ``grad`` added in order from zero (numpy, one row at a time)."""
+    n = grad.shape[0]
+    size = -(-n // blocks)
+    sums = np.zeros((blocks, *grad.shape[1:]), grad.dtype)
+    for i in range(n):
+        sums[i // size] += grad[i]
+    return sums
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -190,17 +203,22 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
         upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
         p_out = make((n, heads, channels))
         att_part = np.full((blocks, heads, channels), np.nan, dtype)
+        bias_part = make((blocks, heads, channels))
         we_part = np.full((blocks, heads, dims, channels), np.nan, dtype)
         grad_u = np.full((indices.size, dims), np.nan, dtype)
         signs = np.full((indices.size, heads, channels), 7, np.uint8)
         gatv2_backward_target_edge_blocks(
             0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weights, edge_scale,
-            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, signs,
+            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, signs, bias_part,
         )  # fmt: skip
         results.append(
-            [np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part, we_part, grad_u, signs)]
+            [
+                np.ascontiguousarray(a)
+                for a in (upstream, delta, p_out, att_part, we_part, grad_u, bias_part, signs)
+            ]
         )
-    names = ("upstream", "delta", "p_out", "att_part", "we_part", "grad_u", "signs")
+    assert results[0][-2].tobytes() == _block_sums(grad, blocks).tobytes()
+    names = ("upstream", "delta", "p_out", "att_part", "we_part", "grad_u", "bias_part", "signs")
     for name, fast, plain in zip(names, *results):
         assert not np.isnan(fast).any(), name
         assert fast.tobytes() == plain.tobytes(), name
@@ -216,7 +234,7 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
                np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype)]  # fmt: skip
     gatv2_backward_target_edge_blocks(
         0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
-        alpha, grad, upstream, delta, *outputs, None,
+        alpha, grad, upstream, delta, *outputs, None, np.empty((0, heads, channels), dtype),
     )  # fmt: skip
     for name, value, fast in zip(names, (upstream, delta, *outputs), results[0]):
         assert value.tobytes() == fast.tobytes(), name
@@ -264,6 +282,7 @@ def test_the_target_pass_refuses_signs_it_would_not_write_whole():
             np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype),
             np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
             np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype), signs,
+            np.empty((0, heads, channels), dtype),
         )  # fmt: skip
 
     with pytest.raises(ValueError, match="shape"):
@@ -357,7 +376,7 @@ def test_target_edge_pass_refuses_edge_arrays_of_other_shapes():
             0, 1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
             alpha, grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)),
             np.empty((n, heads, channels)), np.empty((1, heads, channels)), np.empty((1, heads, dims, channels)),
-            grad_u, None,
+            grad_u, None, np.empty((0, heads, channels)),
         )  # fmt: skip
 
     good_weT, good_grad_u = np.ones((heads, dims, channels)), np.empty((indices.size, dims))

@@ -55,13 +55,19 @@ def test_forward_model_by_hand(dims):
 def test_backward_models_by_hand(dims):
     t = K.k_target(dims).model
     assert t.reads == {"indptr": 32, "indices": 48, "xr": 96, "grad": 96, "alpha": 48, "att": 32}
-    assert t.writes == {"upstream": 48, "delta": 48, "p_term": 96, "att_part": 1 * 32}  # one block of rows
+    # one block of rows; with the bias, the block sums of grad for its gradient (an add per value of grad)
+    assert t.writes == {"upstream": 48, "delta": 48, "p_term": 96, "att_part": 1 * 32, "bias_part": 1 * 32}
     assert t.gathers == [model.Gather("xl", 6, 32, 96)]
-    assert t.flops == 8 * 48 + 4 * 12 + 3 * 8
+    assert t.flops == 8 * 48 + 4 * 12 + 3 * 8 + 24
+    assert [k.name for k in K.kernels_for(dims)][:5] == ["check_x", "projections", "forward", "target", "source"]
+    dims.bias = False  # no block sums: grad_out is checked in a pass of its own
+    assert "bias_part" not in K.k_target(dims).model.writes and K.k_target(dims).model.flops == t.flops - 24
+    assert "check_grad" in [k.name for k in K.kernels_for(dims)]
+    dims.bias = True
     dims.theta_r = "pairwise"
     tp = K.k_target(dims).model
     # 6 + 1 per edge-channel, 3 per pair-head (4 pairs x 2 heads), 3 per pair-channel (4 x 8), then as above
-    assert tp.flops == 7 * 48 + 3 * 8 + 3 * 32 + 4 * 12 + 24
+    assert tp.flops == 7 * 48 + 3 * 8 + 3 * 32 + 4 * 12 + 24 + 24
     s = K.k_source(dims).model
     assert s.reads == {"src_indptr": 32, "src_edges": 48, "src_targets": 48, "xl": 96, "att": 32}
     assert s.writes == {"q_term": 96}
@@ -338,7 +344,7 @@ def test_edge_feature_model_by_hand(dims):
     t = K.k_target(dims).model
     assert t.writes["grad_u"] == 6 * 3 * 4 and t.writes["we_part"] == 1 * 8 * 4 * 3
     # dot 2, z 1 + 2D, ∂a 3, q 2, ∂u 2D, ∂W_E 2D, P 2
-    assert t.flops == (2 + 7 + 3 + 2 + 12 + 2) * 48 + 4 * 12 + 3 * 8
+    assert t.flops == (2 + 7 + 3 + 2 + 12 + 2) * 48 + 4 * 12 + 3 * 8 + 24  # 24: the bias block sums
     s = K.k_source(dims).model
     assert s.gathers[-1] == model.Gather("u", 6, 12, 6 * 12)
     assert s.flops == (6 + 6) * 48

@@ -21,7 +21,6 @@ from gatfast import _validate as V
 from gatfast._runtime import blas_single_thread
 from gatfast.layers.dense import dense_backward, dense_projections, sparse_matmul2
 from gatfast.layers.inputs import resolve_inputs
-from gatfast.layers.rowwise import checked_bias_gradient
 
 from .model import Gather, Kernel, Model, bound, step_footprint
 
@@ -112,20 +111,17 @@ def k_forward(d, s=None):
 
 
 def k_check_grad(d, s=None):
-    """Backward input check (``grad_out`` finite) and the output-bias gradient ``grad_out.sum(0)``: one read is the minimum.
+    """Backward input check (``grad_out`` finite), for a layer without a bias: one read is the minimum.
 
-    As the layer does it: with a bias, one pass whose sums also check ``grad_out``
-    (``checked_bias_gradient``); without, the finiteness check alone.
+    With a bias, the target pass sums ``grad_out`` per block of rows for the bias
+    gradient, and the sums check it (see :func:`k_target`): no pass of its own.
     """
-    model = Model(reads={"grad": d.n * d.hc * d.f}, flops=2 * d.n * d.hc)  # a compare and an add per element
+    model = Model(reads={"grad": d.n * d.hc * d.f}, flops=d.n * d.hc)  # a compare per element
 
     def run():
-        if s.bias is not None:
-            checked_bias_gradient(s.grad_out, "grad_out")
-        else:
-            V.check_dense(s.grad_out, "grad_out", (d.n, d.hc), s.dtype)
+        V.check_dense(s.grad_out, "grad_out", (d.n, d.hc), s.dtype)
 
-    return Kernel("check_grad", "checks: grad_out finite + bias grad", model, run if s else None)
+    return Kernel("check_grad", "checks: grad_out finite", model, run if s else None)
 
 
 def k_target(d, s=None):
@@ -148,6 +144,9 @@ def k_target(d, s=None):
         flops = (per_edge_channel + 2) * ehc  # P (δ mul, add)
     flops += 4 * d.nnz * d.heads + d.n * d.hc  # Ā_i and δ_ij per edge and head; P_i *= a per node
     writes = {"upstream": edge, "delta": edge, "p_term": d.n * row, "att_part": d.att_blocks * row}
+    if d.bias:  # the bias gradient's block sums of grad (an add per element), which also check it
+        flops += d.n * d.hc
+        writes["bias_part"] = d.att_blocks * row
     if D:
         writes.update(grad_u=d.nnz * D * d.f, we_part=d.att_blocks * row * D)
     if d.source_signs:
@@ -272,7 +271,7 @@ def k_sparse_weight_grads(d, s=None):
 
 def kernels_for(d, s=None):
     """The kernels of one forward + backward, in the order the layer runs them."""
-    ks = [k_check_x, k_projections, k_forward, k_check_grad, k_target, k_source]
+    ks = [k_check_x, k_projections, k_forward] + ([] if d.bias else [k_check_grad]) + [k_target, k_source]
     if d.edge_dim:
         ks.append(k_edge_weight_grad)
     ks += [k_sparse_transpose, k_sparse_weight_grads] if d.x_sparse else [k_dense_backward]

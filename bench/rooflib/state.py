@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from gatfast import _runtime
+from gatfast import _validate as V
 from gatfast.kernels import (
     ACTIVATIONS,
+    column_sum,
     gatv2_backward_source_edge_rows,
     gatv2_backward_source_rows,
     gatv2_backward_source_sign_rows,
@@ -92,6 +94,7 @@ class State:
         self.p_term = np.empty((n_dst, H, C), self.dtype)
         self.q_term = np.empty((n_src, H, C), self.dtype)
         self.att_part = np.empty((blocks, H, C), self.dtype)
+        self.bias_part = np.empty((blocks if self.bias is not None else 0, H, C), self.dtype)
         self.we_part = np.empty((blocks, H, dims, C), self.dtype)
         self.grad_u = np.empty((nnz, dims), self.dtype)
         sparse = self.x_sparse
@@ -125,9 +128,11 @@ class State:
         blocks = self.att_part.shape[0]
         if self.edge_features:
             self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.u, self.weT, *common, self.we_part,
-                       self.grad_u, self.signs)
+                       self.grad_u, self.signs, self.bias_part)
         else:
-            self._rows(gatv2_backward_target_blocks, blocks, *head, *common)
+            self._rows(gatv2_backward_target_blocks, blocks, *head, *common, self.bias_part)
+        if self.bias is not None:  # the layer's bias gradient from the blocks, which checks grad_out
+            V.all_finite(column_sum(self.bias_part.reshape(blocks, -1)))
         if self.pairwise:
             self._rows(gatv2_pairwise_theta_r_rows, n_dst, *head, self.u, self.weT, self.alpha, self.upstream,
                        self.p_term)

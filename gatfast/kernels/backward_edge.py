@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
-from .backward import upstream_delta
+from .backward import check_bias_part, upstream_delta
 from .edge import edge_z
 from .edge_sums import source_edge_row_sums
 from .edge_terms import attribute_grads, target_edge_terms
@@ -43,8 +43,9 @@ def gatv2_backward_target_edge_blocks(
     we_part,
     grad_u,
     signs,
+    bias_part,
 ):
-    """``gatv2_backward_target_blocks`` with edge features.
+    """``gatv2_backward_target_blocks`` with edge features (``bias_part`` as there).
 
     Also writes ``we_part`` (B, H, D, C), the blocks' ``Σ q_ij ⊗ u_ij``, and
     ``grad_u`` (E, D) = ``W_Eᵀ q_ij`` (none when ``grad_u`` has no rows: the
@@ -73,6 +74,7 @@ def gatv2_backward_target_edge_blocks(
             raise ValueError("signs must have shape (edges, heads, channels)")
         if not leaky:
             raise ValueError("signs are written for the LeakyReLU attention only")
+    with_bias = check_bias_part(bias_part, att_part)
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     qb = np.empty((1, heads, channels), dtype=xl.dtype)
     sb = np.empty((1, heads, channels), dtype=xl.dtype)
@@ -80,12 +82,18 @@ def gatv2_backward_target_edge_blocks(
         for h in range(heads):
             for c in range(channels):
                 att_part[b, h, c] = zero
+                if with_bias:
+                    bias_part[b, h, c] = zero
             for d in range(dims):
                 for c in range(channels):
                     we_part[b, h, d, c] = zero
         for i in range(b * block, min(n, (b + 1) * block)):
             start = indptr[i]
             end = indptr[i + 1]
+            if with_bias:
+                for h in range(heads):
+                    for c in range(channels):
+                        bias_part[b, h, c] += grad[i, h, c]
             for h in range(heads):
                 for c in range(channels):
                     p_out[i, h, c] = zero

@@ -6,7 +6,7 @@ the dense products, the bias and the finiteness check) took ten times as
 long. These two kernels chain the same steps in one call: the same
 functions (``project2``, the forward and backward passes over all rows,
 ``project2_backward``) in the same order, and the remaining sums (the
-mean over heads, the bias gradient) in the order NumPy uses, so the result
+mean over heads, the bias gradient) in the general path's order, so the result
 is the same bits as the general path (tested).
 
 Only the plain layer (no edge features, root weight or residual) of one
@@ -132,7 +132,7 @@ def small_layer_backward(
     error). The per-head gradient is ``grad_out`` itself with concatenated
     heads, ``grad_out / H`` with averaged ones. The attention gradient is
     summed over the general path's ``num_blocks`` row blocks, in block
-    order. ``grad_bias`` of size 0 (no bias) is skipped, as ``gb_l`` and
+    order, and so is the bias gradient with concatenated heads. ``grad_bias`` of size 0 (no bias) is skipped, as ``gb_l`` and
     ``gb_r``. ``no_edges`` (0, 1) and ``no_edge_weights`` (H, 1, C) stand for
     the absent edge features. The scratch arrays are allocated here: a
     NumPy allocation and an argument from Python cost more than the work.
@@ -160,7 +160,11 @@ def small_layer_backward(
         for h in range(heads):
             for c in range(channels):
                 g_heads[i, h, c] = grad_out[i, h * channels + c] if concat else grad_out[i, c] / inv
-    if grad_bias.size:  # numpy's sum over rows: the first row, then the others in order (0 for none)
+    # the bias gradient: with concatenated heads the target pass's block sums (below), as the general path;
+    # with averaged heads numpy's sum over rows, the first row, then the others in order (0 for none)
+    in_target_pass = grad_bias.size > 0 and concat
+    bias_part = np.empty((num_blocks if in_target_pass else 0, heads, channels), dtype)
+    if grad_bias.size and not concat:
         for c in range(grad_out.shape[1]):
             grad_bias[c] = grad_out[0, c] if n > 0 else xl.dtype.type(0.0)
         for i in range(1, n):
@@ -186,7 +190,15 @@ def small_layer_backward(
         delta,
         p_term,
         att_part,
+        bias_part,
     )
+    if in_target_pass:  # the blocks added in order, from zero (kernels.column_sum)
+        for c in range(width):
+            grad_bias[c] = dtype.type(0.0)
+        for b in range(num_blocks):
+            for h in range(heads):
+                for c in range(channels):
+                    grad_bias[h * channels + c] += bias_part[b, h, c]
     gatv2_backward_source_rows(
         first,
         n,

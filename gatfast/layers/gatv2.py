@@ -23,7 +23,7 @@ from .init import glorot, uniform_bias
 from .inputs import check_fill_value, resolve_inputs
 from .params import ParamDict
 from .passes import attention_backward, attention_dropout, attention_forward, kernel_constants
-from .rowwise import add_bias_finite, checked_bias_gradient
+from .rowwise import add_bias_finite
 from .shapes import layer_parameter_shapes
 from .workspace import Workspace
 
@@ -382,18 +382,17 @@ class GATv2Layer:
         grads = small.backward(self, cache, grad_out, pairwise)
         if grads is not None:
             return grads
-        with_sums = self.bias and not grad_finite  # the bias gradient's sums check grad_out (see rowwise.py)
+        with_sums = self.bias and not grad_finite  # the bias gradient's sums check grad_out (attention_backward)
         shape = (cache.graph.num_dst, self.out_dim)
         checked = V.check_dense(grad_out, "grad_out", shape, self.dtype, not (grad_finite or with_sums))
         if checked is not grad_out:  # converted: the small path may take it now
             grads = small.backward(self, cache, checked, pairwise)
             if grads is not None:
                 return grads
-        bias_grad = checked_bias_gradient(checked, "grad_out") if with_sums else None
         work = cache.inputs.x_src.shape[0] * self.in_features_src * self.heads * self.out_features
         with _runtime.blas_single_thread(work), _runtime.compile_notice(("backward", self.dtype.char)):
             edge_grad = bool(input_grad if edge_grad is None else edge_grad)
-            args = (self._workspace, bool(input_grad), edge_grad, bias_grad)
+            args = (self._workspace, bool(input_grad), edge_grad, with_sums)
             grads = attention_backward(self, cache, checked, pairwise, *args)
         keys = list(self.params) + ["x"] + (["edge_attr"] if self.edge_dim is not None else [])
         return {k: grads[k] for k in keys}

@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import _runtime
 from .._random import RandomKeys
+from .._validate import NonFiniteError, all_finite
 from ..kernels import (
     ACTIVATIONS,
     LEAKY_RELU,
@@ -33,7 +34,7 @@ from ..kernels.prefetch import source_pass_ahead
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_keep
-from .rowwise import bias_gradient
+from .rowwise import bias_gradient, checked_bias_gradient
 
 __all__ = [
     "KernelConstants",
@@ -56,6 +57,7 @@ class KernelConstants(NamedTuple):
     no_dropout: np.ndarray  # (0, H): no dropout multipliers
     no_edge_weights: np.ndarray  # (H, 1, C) zeros, for layers without edge features
     no_bias: np.ndarray  # (0,): an absent bias (writable like the parameters, so kernels see one type)
+    no_parts: np.ndarray  # (0, H, C): no bias partial sums from the target pass (writable, as its outputs)
 
 
 def _read_only(arr):
@@ -70,7 +72,7 @@ def kernel_constants(layer):
                            # like every array of this kind the kernels get (see kernels.readonly)
                            _read_only(np.zeros((0, layer.edge_dim or 1), dtype)),
                            _read_only(np.zeros((0, H), dtype)), _read_only(np.zeros((H, 1, C), dtype)),
-                           np.zeros(0, dtype))
+                           np.zeros(0, dtype), np.zeros((0, H, C), dtype))
 
 
 def attention_dropout(layer, inputs, rng, ws):
@@ -151,9 +153,20 @@ def uses_source_signs(kind, ahead):
     return ahead is not None and kind == LEAKY_RELU
 
 
-def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, edge_grad=True, bias_grad=None):
+def _bias_from_parts(bias_part, grad_out, check):
+    """The output bias's gradient from the target pass's block sums, added in block order; with ``check``,
+    NonFiniteError if ``grad_out`` holds NaN or inf (a non-finite one makes a non-finite sum, and only a
+    non-finite sum, which finite values can also make by overflowing, needs the element-wise check)."""
+    total = column_sum(bias_part.reshape(bias_part.shape[0], -1))
+    if check and not all_finite(total) and not all_finite(grad_out):
+        raise NonFiniteError("grad_out must be finite, but contains NaN or inf")
+    return total
+
+
+def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, edge_grad=True, check_grad=False):
     """Every gradient of the layer (see ``GATv2Layer.backward``); ``edge_grad=False``: no ``"edge_attr"``
-    (None), and the target pass skips ``W_Eᵀ q_ij``; ``bias_grad``: the output bias's gradient, if made already."""
+    (None), and the target pass skips ``W_Eᵀ q_ij``. ``check_grad``: ``grad_out`` is not known to be finite,
+    and the output bias's gradient checks it (NonFiniteError naming it; the layer has a bias)."""
     g = cache.graph
     n_dst, n_src = g.shape
     H, C, dtype = layer.heads, layer.out_features, layer.dtype
@@ -166,8 +179,10 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     else:
         g_heads = ws.empty("g_heads", (n_dst, H, C), dtype)
         np.divide(grad_out[:, None, :], dtype.type(H), out=g_heads)
-    if layer.bias:
-        grads["bias"] = bias_gradient(grad_out) if bias_grad is None else bias_grad
+    # the bias gradient: summed by the target pass where g_heads is grad_out (see backward.check_bias_part)
+    in_target_pass = layer.bias and (layer.concat or H == 1)
+    if layer.bias and not in_target_pass:
+        grads["bias"] = checked_bias_gradient(grad_out, "grad_out") if check_grad else bias_gradient(grad_out)
 
     kind, slope = layer.constants.kind, layer.constants.slope
     weT = readonly(_edge_weights(layer, params))
@@ -178,6 +193,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     delta = ws.empty("delta", (g.nnz, H), dtype)
     p_term = ws.empty("p_term", (n_dst, H, C), dtype)
     att_part = ws.empty("att_part", (blocks, H, C), dtype)
+    bias_part = ws.empty("bias_part", (blocks, H, C), dtype) if in_target_pass else layer.constants.no_parts
     work = _work(g, layer, u)
     src_indptr, src_edges = g.source_order()
     q_term = ws.empty("q_term", (n_src, H, C), dtype)
@@ -186,7 +202,9 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, ahead)
     if layer.edge_dim is None:
         _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + (
-            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part), work)
+            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part), work)
+        if in_target_pass:  # a non-finite grad_out is refused before the source pass
+            grads["bias"] = _bias_from_parts(bias_part, grad_out, check_grad)
         _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head + (
             cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     else:
@@ -195,7 +213,9 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
         signs = ws.empty("signs", (g.nnz, H, C), np.uint8) if uses_source_signs(kind, ahead) else None
         _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + (
             u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u,
-            signs), work)
+            signs, bias_part), work)
+        if in_target_pass:
+            grads["bias"] = _bias_from_parts(bias_part, grad_out, check_grad)
         if signs is None:
             _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
                 u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)

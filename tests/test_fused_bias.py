@@ -1,8 +1,10 @@
-"""The forward kernels' ``finish``: the output bias added and the output checked as each row is written.
+"""The output bias inside the attention kernels.
 
-Where the aggregation is the layer's output (``passes.finishes_output``), the layer makes no separate pass
-(``rowwise.add_bias_finite``): the kernels must give that pass's bits and find every NaN and inf, in any
-chunk of rows, and the layer must give the same output and gradients either way.
+Forward: where the aggregation is the layer's output (``passes.finishes_output``), the kernels add the bias
+and check the output as they write each row, instead of a separate pass (``rowwise.add_bias_finite``): they
+must give that pass's bits and find every NaN and inf, in any chunk of rows. Backward: the target pass sums
+the upstream gradient per block of rows for the bias gradient (``backward.check_bias_part``), and those sums
+check it. The layer must give the same output and gradients either way.
 """
 
 import numba
@@ -12,6 +14,7 @@ import pytest
 from gatfast import GATv2Layer, _runtime
 from gatfast.graph import CSRGraph
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
+from gatfast.kernels.backward import ATT_BLOCK
 from gatfast.layers import passes
 from gatfast.layers.rowwise import add_bias_finite
 
@@ -177,3 +180,90 @@ def test_an_overflowing_output_or_a_nan_bias_is_refused(dtype):
     )  # changed in place after its check: the output check finds it and names it
     with pytest.raises(ValueError, match="params\\['bias'\\] must be finite"):
         layer.forward(g, x)
+
+
+def _blocked(grad, blocks):
+    """The target pass's order: each block of rows summed from zero, then the blocks in order."""
+    n = grad.shape[0]
+    size = -(-n // blocks)
+    total = np.zeros(grad.shape[1], grad.dtype)
+    for b in range(blocks):
+        part = np.zeros(grad.shape[1], grad.dtype)
+        for row in grad[b * size : (b + 1) * size]:
+            part += row
+        total += part
+    return total
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("heads, concat", [(1, True), (3, True), (3, False)])
+@pytest.mark.parametrize("n", [5, ATT_BLOCK, ATT_BLOCK + 1, 3 * ATT_BLOCK + 7])
+def test_bias_gradient_sums_blocks_of_rows_in_order(monkeypatch, threads, dtype, heads, concat, n):
+    """Concatenated heads (or one): the target pass's block sums; averaged heads: ``rowwise.bias_gradient``."""
+    monkeypatch.setattr(_runtime, "PARALLEL_WORK", 1)
+    monkeypatch.setattr(_runtime, "SERIAL_WORK", 64)
+    indptr, indices = _graph(n, n)
+    g = CSRGraph(indptr, indices, n)
+    rng = np.random.default_rng(n)
+    layer = GATv2Layer(4, 9, heads=heads, concat=concat, dtype=dtype, seed=2)
+    out, cache = layer.forward(g, rng.standard_normal((n, 4)).astype(dtype))
+    grad = (rng.standard_normal(out.shape) * 10.0 ** rng.integers(-4, 4, out.shape)).astype(dtype)
+    with _runtime.threads(threads):
+        got = layer.backward(cache, grad)["bias"]
+    blocks = -(-n // ATT_BLOCK)
+    if concat:
+        assert got.tobytes() == _blocked(grad, blocks).tobytes()
+    else:
+        from gatfast.layers.rowwise import bias_gradient
+
+        assert got.tobytes() == bias_gradient(grad).tobytes()
+    if n <= ATT_BLOCK:  # one block: the plain sum row after row
+        assert got.tobytes() == _blocked(grad, 1).tobytes()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the products of the overflowing gradient warn
+@pytest.mark.parametrize("edge_dim", [None, 2])
+@pytest.mark.parametrize("heads, concat", [(2, True), (2, False)])
+def test_a_nan_or_inf_upstream_gradient_is_refused_and_an_overflowing_sum_is_not(edge_dim, heads, concat):
+    layer, g, x, attr = _layer_case(np.float32, heads, 9, edge_dim, True, concat=concat)
+    out, cache = layer.forward(g, x, attr)
+    for row in (0, 1, g.num_dst - 1):  # row 1 has no edges: only the bias gradient reads it
+        for bad in (np.nan, np.inf, -np.inf):
+            grad = np.ones_like(out)
+            grad[row, -1] = bad
+            with pytest.raises(ValueError, match="grad_out must be finite"):
+                layer.backward(cache, grad)
+    grad = np.ones_like(out)
+    grad[:2, 0] = np.finfo(np.float32).max  # finite values whose sum overflows: not an error
+    assert layer.backward(cache, grad)["bias"][0] == np.inf
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("heads, concat", [(1, True), (3, True), (3, False)])
+def test_the_one_call_path_sums_the_bias_gradient_as_the_general_path(monkeypatch, dtype, heads, concat):
+    """More rows than one block (a small product of few features): the same bits both ways."""
+    from gatfast.layers import small
+    from gatfast.layers.dense import is_small
+
+    n = 3 * ATT_BLOCK + 5
+    indptr, indices = _graph(n, 3)
+    g = CSRGraph(indptr, indices, n)
+    layer = GATv2Layer(1, 3, heads=heads, concat=concat, dtype=dtype, seed=4, add_self_loops=False)
+    assert is_small(n, 1, heads * 3)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((n, 1)).astype(dtype)
+    grad = (rng.standard_normal((n, layer.out_dim)) * 10.0 ** rng.integers(-4, 4, (n, layer.out_dim))).astype(
+        dtype
+    )
+    monkeypatch.setattr(small, "_decided", {"forward", "backward"})  # the one-call kernels, compiled or not
+    calls = []
+    kernel = small.small_layer_backward
+    monkeypatch.setattr(small, "small_layer_backward", lambda *a: calls.append(1) or kernel(*a))
+    bias = []
+    for enabled in (True, False):
+        monkeypatch.setattr(small, "ENABLED", enabled)
+        out, cache = layer.forward(g, x)
+        bias.append(layer.backward(cache, grad)["bias"])
+    assert calls == [1]  # the one-call path, then the general one
+    assert bias[0].tobytes() == bias[1].tobytes()
