@@ -77,6 +77,9 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", choices=workloads.SIZES, default="full")
     parser.add_argument("--reps", type=int, default=20, help="timed samples per measurement (median)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs of each (workload, library), alternating the libraries' order within each "
+                             "workload; each reports the median of its rounds (default 1)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--workloads", default=",".join(workloads.WORKLOADS),
                         help="comma-separated names (default: all)")
@@ -103,6 +106,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error(f"--reps must be >= 1, got {args.reps}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.worker:
         return parser, args
     args.out = outdirs.resolve_out(parser, args, "compare", args.size)

@@ -283,6 +283,39 @@ def test_compare_with_pyg_checks_every_peer_before_timing(tmp_path):
     assert [r["lib"] for r in only] == ["pyg"] and only[0]["max_rel_err_vs_gatfast"] < agreement.FLOAT32_TOL
 
 
+def test_compare_rounds_alternate_the_libraries_and_report_the_median_of_the_rounds(tmp_path, monkeypatch):
+    order = []
+    spawn = runs.spawn
+
+    def spy(script, lib, name, args, jemalloc, repo, extra=()):
+        order.append((lib, tuple(extra)))
+        return spawn(script, lib, name, args, jemalloc, repo, extra)
+
+    monkeypatch.setattr(runs, "spawn", spy)
+    libs = "gatfast,pyg" if _has_pyg() else "gatfast"
+    assert compare.main(["--size", "tiny", "--reps", "2", "--rounds", "3", "--libs", libs, "--workloads",
+                         "scene-batch-train", "--no-roofline", "--out", str(tmp_path)]) == 0
+    raw = json.loads((tmp_path / "compare.json").read_text())
+    assert raw["meta"]["rounds"] == 3
+    assert "3 times (rounds" in (tmp_path / "compare.md").read_text()
+    for r in raw["results"]:
+        rounds = [x["forward_backward_median_ms"] for x in r["rounds"]]
+        assert len(rounds) == 3 and r["forward_backward_median_ms"] == float(np.median(rounds))
+        assert len(r["forward_backward_s"]) == 3 * 2  # every round's samples
+    if libs == "gatfast,pyg":  # gatfast first (it saves the reference), then last, then first again
+        assert [lib for lib, _ in order] == ["gatfast", "pyg", "pyg", "gatfast", "gatfast", "pyg"]
+        saves = [any("--save-reference" in e for e in extra) for lib, extra in order if lib == "gatfast"]
+        assert saves == [True, False, False]
+    single = {"lib": "gatfast", "forward_backward_median_ms": 1.0}
+    assert runs.combine_rounds([single]) is single
+
+
+def _has_pyg():
+    from reference import pyg_available
+
+    return pyg_available()
+
+
 def _fake(lib, name, fwd, both, peak, **kw):
     return {"lib": lib, "workload": name, "nodes": 10, "edges": 20, "forward_median_ms": fwd,
             "forward_backward_median_ms": both, "peak_mb": peak, **kw}

@@ -77,8 +77,10 @@ def _header(meta, refs, rows):
         f"{meta['date']}, {meta['cpu']}{simd}, {meta['threads']} threads (Numba = BLAS = torch"
         f"{' = DGL OpenMP' if 'dgl' in refs else ''}){omp}, "
         f"float32, median of {meta['reps']} repetitions after warm-up, allocator: {meta['allocator']}, "
-        f"size: {meta['size']}. Each (workload, library) ran in its own fresh process. "
-        f"1-minute load average during the run: {meta['load']}."
+        f"size: {meta['size']}. Each (workload, library) ran in its own fresh process"
+        + (f", {meta['rounds']} times (rounds, the libraries of a workload in alternating order), and reports "
+           "the median of its rounds. " if meta.get("rounds", 1) > 1 else ". ")
+        + f"1-minute load average during the run: {meta['load']}."
         + (f" Command: `{meta['command']}`." if meta.get("command") else ""),
         "",
         "Forward + backward for the single-layer workloads; the full training step "

@@ -119,9 +119,16 @@ def _micro():
 
 
 def run_all(script, names, libs, args, jemalloc, repo):
-    """Every planned run, one at a time; a peer is checked against the reference the gatfast run saved."""
+    """Every planned run, one at a time; a peer is checked against the reference the gatfast run saved.
+
+    With ``args.rounds`` > 1 each workload's libraries run that many times, every run a fresh process,
+    in alternating order (gatfast first, then last, ...), before the next workload: a slow phase of a
+    shared machine, which lasts minutes, then falls on every library of the workload rather than on
+    one. Each (workload, library) reports the median of its rounds (:func:`combine_rounds`).
+    """
+    rounds = getattr(args, "rounds", 1)
     runs = plan(names, libs)
-    progress = Progress(sum(len(r) for _, r in runs))
+    progress = Progress(sum(len(r) for _, r in runs) * rounds)
     refdir = Path(tempfile.mkdtemp(prefix="gatfast-compare-ref-"))
     results = []
     try:
@@ -130,20 +137,51 @@ def run_all(script, names, libs, args, jemalloc, repo):
             ref = refdir / f"{name}.npz"
             if peers and "gatfast" not in libs_here:  # gatfast's outputs without timing gatfast
                 spawn(script, "gatfast", name, args, jemalloc, repo, ["--reference-only", "--save-reference", str(ref)])
-            for lib in libs_here:
-                progress.start(name, lib)
-                if lib == "gatfast":
-                    extra = ["--save-reference", str(ref)] if peers else []
-                else:
-                    extra = ["--reference", str(ref)]
-                r = spawn(script, lib, name, args, jemalloc, repo, extra)
-                results.append(r)
-                progress.done(result_line(r))
+            got = {lib: [] for lib in libs_here}
+            for k in range(rounds):
+                # the first round in plan order: gatfast's run saves the reference the peers check against
+                for lib in libs_here if k % 2 == 0 else libs_here[::-1]:
+                    progress.start(name, lib)
+                    if lib == "gatfast":
+                        extra = ["--save-reference", str(ref)] if peers and k == 0 else []
+                    else:
+                        extra = ["--reference", str(ref)]
+                    r = spawn(script, lib, name, args, jemalloc, repo, extra)
+                    got[lib].append(r)
+                    progress.done(result_line(r))
+            results.extend(combine_rounds(got[lib]) for lib in libs_here)
             ref.unlink(missing_ok=True)
     finally:
         progress.close()
         shutil.rmtree(refdir, ignore_errors=True)
     return results
+
+
+#: A result's fields that are the median of its rounds (the others are the first round's, but for the
+#: largest difference from gatfast's outputs, the largest of the rounds').
+ROUND_MEDIANS = ("forward_median_ms", "forward_backward_median_ms", "peak_mb")
+
+
+def combine_rounds(runs):
+    """One result from the rounds of a (workload, library): the first round's, with the median of the
+    rounds in :data:`ROUND_MEDIANS`, every round's figures under ``"rounds"``, and the timed samples of
+    all rounds. A single run is returned as it is."""
+    import numpy as np
+
+    if len(runs) == 1:
+        return runs[0]
+    out = dict(runs[0])
+    for key in ROUND_MEDIANS:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = float(np.median(values)) if values else None
+    errs = [r["max_rel_err_vs_gatfast"] for r in runs if r.get("max_rel_err_vs_gatfast") is not None]
+    if errs:
+        out["max_rel_err_vs_gatfast"] = max(errs)
+    for key in ("forward_s", "forward_backward_s"):
+        out[key] = None if runs[0].get(key) is None else [v for r in runs for v in r[key]]
+    out["loadavg_after"] = runs[-1].get("loadavg_after")
+    out["rounds"] = [{key: r.get(key) for key in ROUND_MEDIANS} for r in runs]
+    return out
 
 
 def roofline_probe(threads, size, log):
@@ -198,6 +236,7 @@ def make_meta(args, argv, jemalloc, results, rates):
         "simd": f"{CPU['simd']} ({CPU['simd_bits']}-bit)",
         "threads": args.threads,
         "reps": args.reps,
+        "rounds": getattr(args, "rounds", 1),
         "size": args.size,
         "allocator": (f"jemalloc (LD_PRELOAD, every worker{', MALLOC_CONF=' + args.malloc_conf if args.malloc_conf else ''})"
                       if jemalloc else "system malloc"),
