@@ -136,8 +136,11 @@ def _layer_case(dtype, heads, channels, edge_dim, bias, concat=True, **kw):
 def test_the_layer_gives_the_same_bits_finished_by_the_kernel_or_not(
     monkeypatch, threads, dtype, heads, channels, edge_dim, bias
 ):
+    from gatfast.layers import small
+
     layer, g, x, attr = _layer_case(dtype, heads, channels, edge_dim, bias)
     assert passes.finishes_output(layer)
+    monkeypatch.setattr(small, "ENABLED", False)  # the general path even for the smallest of these layers
     monkeypatch.setattr(_runtime, "PARALLEL_WORK", 1)  # chunks on the pool even for this small graph
     monkeypatch.setattr(_runtime, "SERIAL_WORK", 64)
     results = []

@@ -164,8 +164,9 @@ ROUND_MEDIANS = ("forward_median_ms", "forward_backward_median_ms", "peak_mb")
 
 def combine_rounds(runs):
     """One result from the rounds of a (workload, library): the first round's, with the median of the
-    rounds in :data:`ROUND_MEDIANS`, every round's figures under ``"rounds"``, and the timed samples of
-    all rounds. A single run is returned as it is."""
+    rounds in :data:`ROUND_MEDIANS` (the median of the round medians, not of the pooled samples), every
+    round's figures under ``"rounds"``, the timed samples of all rounds, and the load range of all
+    rounds. A single run is returned as it is."""
     import numpy as np
 
     if len(runs) == 1:
@@ -179,7 +180,11 @@ def combine_rounds(runs):
         out["max_rel_err_vs_gatfast"] = max(errs)
     for key in ("forward_s", "forward_backward_s"):
         out[key] = None if runs[0].get(key) is None else [v for r in runs for v in r[key]]
-    out["loadavg_after"] = runs[-1].get("loadavg_after")
+    # the load range of all rounds (make_meta reports the lowest "before" and the highest "after")
+    before = [r["loadavg_before"] for r in runs if r.get("loadavg_before") is not None]
+    after = [r["loadavg_after"] for r in runs if r.get("loadavg_after") is not None]
+    out["loadavg_before"] = min(before) if before else None
+    out["loadavg_after"] = max(after) if after else None
     out["rounds"] = [{key: r.get(key) for key in ROUND_MEDIANS} for r in runs]
     return out
 

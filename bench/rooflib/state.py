@@ -44,7 +44,7 @@ class State:
         self.layer = layer
         self.dtype = layer.dtype
         self.graph, self.x_in, self.edge_attr = w.graph, w.layer_x(), w.edge_attr
-        out, cache = layer.forward(w.graph, self.x_in, w.edge_attr)
+        _, cache = layer.forward(w.graph, self.x_in, w.edge_attr)
         layer.backward(cache, runner.grad, theta_r=w.theta_r)
         g = cache.graph
         inputs = cache.inputs
@@ -79,9 +79,7 @@ class State:
         self.xl = np.array(cache.xl)  # own copies: the projections kernel overwrites xl and xr
         self.xr = np.array(cache.xr)
         self.alpha = np.array(cache.alpha)
-        self.out = np.empty((n_dst, H, C), self.dtype)
-        self.out2d = self.out.reshape(n_dst, H * C)
-        self.out2d[...] = out
+        self.out = np.empty((n_dst, H, C), self.dtype)  # the forward kernel's output (it writes every row)
         self.grad_out = runner.grad
         self.g_heads = runner.grad.reshape(n_dst, H, C)
         self.ahead = source_prefetch_distance(g, self.xr, self.g_heads, self.alpha, self.edge_scale, self.u)

@@ -7,8 +7,9 @@ EPYC). Same operations, same order (row ``i`` added after row ``i - 1``,
 every column on its own), so the same bits as numpy's, for any thread count.
 Its broadcast ``out += bias`` is slow on short rows the same way: 17 us for
 1000 x 32 float32, where :func:`add_bias_rows` takes 6 us. A layer's
-output takes :func:`add_bias_rows_finite`, which also checks it in the
-same pass.
+output that the forward kernel does not finish itself (averaged heads, a
+root weight or a residual: ``layers.passes.finishes_output``) takes
+:func:`add_bias_rows_finite`, which also checks it in the same pass.
 """
 
 import numpy as np

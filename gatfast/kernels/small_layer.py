@@ -7,7 +7,10 @@ long. These two kernels chain the same steps in one call: the same
 functions (``project2``, the forward and backward passes over all rows,
 ``project2_backward``) in the same order, and the remaining sums (the
 mean over heads, the bias gradient) in the general path's order, so the result
-is the same bits as the general path (tested).
+is the same bits as the general path (tested), but for sums of a single
+column (one head of one channel, or one channel averaged over heads) over
+many rows: there the general path's ``kernels.column_sum`` takes numpy's
+pairwise sum.
 
 Only the plain layer (no edge features, root weight or residual) of one
 dense feature matrix takes this path; ``gatfast/layers/small.py`` decides.
@@ -132,8 +135,8 @@ def small_layer_backward(
     error). The per-head gradient is ``grad_out`` itself with concatenated
     heads, ``grad_out / H`` with averaged ones. The attention gradient is
     summed over the general path's ``num_blocks`` row blocks, in block
-    order, and so is the bias gradient with concatenated heads. ``grad_bias`` of size 0 (no bias) is skipped, as ``gb_l`` and
-    ``gb_r``. ``no_edges`` (0, 1) and ``no_edge_weights`` (H, 1, C) stand for
+    order, and so is the bias gradient with concatenated heads. ``grad_bias``
+    of size 0 (no bias) is skipped, as ``gb_l`` and ``gb_r``. ``no_edges`` (0, 1) and ``no_edge_weights`` (H, 1, C) stand for
     the absent edge features. The scratch arrays are allocated here: a
     NumPy allocation and an argument from Python cost more than the work.
     """

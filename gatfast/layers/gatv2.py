@@ -179,6 +179,7 @@ class GATv2Layer:
         self.__dict__.update(state)
         self._workspace = Workspace()
         self._token = object()  # caches made before pickling belong to the original
+        self.constants = kernel_constants(self)  # made anew: an older gatfast's pickle may lack a field
 
     # ------------------------------------------------------------------ setup
     @property

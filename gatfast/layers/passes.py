@@ -31,6 +31,7 @@ from ..kernels import (
     readonly,
 )
 from ..kernels.prefetch import source_pass_ahead
+from ..kernels.reduce import column_sums
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_keep
@@ -157,7 +158,11 @@ def _bias_from_parts(bias_part, grad_out, check):
     """The output bias's gradient from the target pass's block sums, added in block order; with ``check``,
     NonFiniteError if ``grad_out`` holds NaN or inf (a non-finite one makes a non-finite sum, and only a
     non-finite sum, which finite values can also make by overflowing, needs the element-wise check)."""
-    total = column_sum(bias_part.reshape(bias_part.shape[0], -1))
+    # the blocks added one after another from zero, as the one-call path adds them (column_sum would take
+    # numpy's pairwise sum for a single column)
+    parts = bias_part.reshape(bias_part.shape[0], -1)
+    total = np.empty(parts.shape[1], parts.dtype)
+    column_sums(readonly(parts), total)
     if check and not all_finite(total) and not all_finite(grad_out):
         raise NonFiniteError("grad_out must be finite, but contains NaN or inf")
     return total
