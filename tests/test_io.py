@@ -87,8 +87,12 @@ def test_handler_only_during_the_write_and_previous_restored(tmp_path):
 
 WRITER = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
     from gatfast._io import atomic_write
+
+    # SIGHUP as in a terminal's process: a parent run under nohup passes it on ignored, and gatfast
+    # (rightly) leaves an ignored signal ignored, so the SIGHUP case would wait out its timeout
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
     def write(fh):
         fh.write(b"n" * 3_000_000)
