@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import _runtime
 from .._random import RandomKeys
-from .._validate import NonFiniteError, all_finite
 from ..kernels import (
     ACTIVATIONS,
     LEAKY_RELU,
@@ -35,7 +34,7 @@ from ..kernels.reduce import column_sums
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
 from .keys import attention_keep
-from .rowwise import bias_gradient, checked_bias_gradient
+from .rowwise import bias_gradient, check_by_sums, checked_bias_gradient
 
 __all__ = [
     "KernelConstants",
@@ -163,9 +162,7 @@ def _bias_from_parts(bias_part, grad_out, check):
     parts = bias_part.reshape(bias_part.shape[0], -1)
     total = np.empty(parts.shape[1], parts.dtype)
     column_sums(readonly(parts), total)
-    if check and not all_finite(total) and not all_finite(grad_out):
-        raise NonFiniteError("grad_out must be finite, but contains NaN or inf")
-    return total
+    return check_by_sums(total, grad_out, "grad_out") if check else total
 
 
 def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, edge_grad=True, check_grad=False):

@@ -19,7 +19,14 @@ from ..kernels import column_sum, readonly
 from ..kernels.reduce import add_bias_rows_finite
 from .dense import add_bias, bias_rows_fit
 
-__all__ = ["BIAS_CHUNK", "COLUMN_BLOCK_ROWS", "add_bias_finite", "bias_gradient", "checked_bias_gradient"]
+__all__ = [
+    "BIAS_CHUNK",
+    "COLUMN_BLOCK_ROWS",
+    "add_bias_finite",
+    "bias_gradient",
+    "check_by_sums",
+    "checked_bias_gradient",
+]
 
 #: Elements per chunk of the bias-and-check pass on the thread pool (512 KiB of float32).
 BIAS_CHUNK = 1 << 17
@@ -86,7 +93,12 @@ def checked_bias_gradient(grad, name):
     values can overflow a sum, so only a non-finite sum needs the
     element-wise check: the check costs nothing beside the sums it needs anyway.
     """
-    total = bias_gradient(grad)
+    return check_by_sums(bias_gradient(grad), grad, name)
+
+
+def check_by_sums(total, grad, name):
+    """``total`` (``grad``'s column sums, in whatever blocks), after NonFiniteError naming ``name`` if
+    ``grad`` holds NaN or inf: only a non-finite sum needs the element-wise check."""
     if not all_finite(total) and not all_finite(grad):
         raise NonFiniteError(f"{name} must be finite, but contains NaN or inf")
     return total
