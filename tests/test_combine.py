@@ -6,6 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from gatfast.kernels.combine import combine_rows
+from gatfast.kernels.ir_parts import ALL_HEADS
 from gatfast.kernels.sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
 
 
@@ -14,6 +15,12 @@ def _combined(indptr, indices, src, coef, scale, out):
     for i in range(indptr.size - 1):
         for h in range(src.shape[1]):
             combine_rows(out, i, h, src, indices, coef, scale, indptr[i], indptr[i + 1])
+
+
+@numba.njit
+def _combined_all_heads(indptr, indices, src, coef, scale, out):
+    for i in range(indptr.size - 1):
+        combine_rows(out, i, ALL_HEADS, src, indices, coef, scale, indptr[i], indptr[i + 1])
 
 
 @numba.njit
@@ -59,6 +66,45 @@ def test_combine_rows_gives_the_plain_loops_bits(dtype, channels, heads, with_sc
     _combined(indptr, indices, src, coef, scale, out)
     want = plain_loop(indptr, indices, src, coef, scale)
     assert out.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+# whole vectors (every head in one run: a group of 4 vectors spans 4 heads at 8 channels, 2 at 16) and
+# widths that are not (head by head inside the intrinsic), contiguous and strided
+@pytest.mark.parametrize(
+    ("heads", "channels"), [(1, 8), (2, 8), (8, 8), (3, 16), (5, 24), (2, 40), (3, 7), (4, 17)]
+)
+@pytest.mark.parametrize("with_scale", [False, True])
+@pytest.mark.parametrize("strided", [False, True])
+def test_combine_rows_of_all_heads_gives_the_plain_loops_bits(dtype, heads, channels, with_scale, strided):
+    indptr, indices, src, coef, scale = _case(channels * 10 + heads, 40, 30, heads, channels, dtype)
+    if not with_scale:
+        scale = scale[:0]
+    if strided:
+        src = np.repeat(src, 2, axis=2)[:, :, ::2]
+        out = np.full((40, heads, 2 * channels), np.nan, dtype)[:, :, ::2]
+    else:
+        out = np.full((40, heads, channels), np.nan, dtype)
+    _combined_all_heads(indptr, indices, src, coef, scale, out)
+    want = plain_loop(indptr, indices, np.ascontiguousarray(src), coef, scale)
+    assert np.ascontiguousarray(out).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(("heads", "channels"), [(4, 8), (3, 17)])
+def test_combine_rows_of_all_heads_writes_only_its_row(heads, channels):
+    indptr, indices, src, coef, _ = _case(5, 6, 10, heads, channels, np.float64)
+    out = np.full((6, heads, channels), 7.0)
+
+    @numba.njit
+    def one(out):
+        combine_rows(out, 4, ALL_HEADS, src, indices, coef, coef[:0], indptr[4], indptr[5])
+
+    one(out)
+    want = plain_loop(indptr, indices, src, coef, coef[:0])
+    np.testing.assert_array_equal(out[4], want[4])
+    mask = np.ones(out.shape, bool)
+    mask[4] = False
+    assert (out[mask] == 7.0).all()
 
 
 @pytest.mark.parametrize("channels", [1, 7, 9, 33, 64])

@@ -39,8 +39,10 @@ def _inputs(seed, n, nnz, heads, channels, dtype, dropout):
 
 
 # every SIMD path: tails alone (1, 7), single vectors (8, 9), whole groups of 16 (target pass) or 32
-# channels (source pass) followed by single vectors and a tail (24, 25, 40), and longer rows
-CASES = [(h, c) for c in (1, 7, 8, 9, 16, 17, 24, 25, 33, 40, 64) for h in (1, 3)]
+# channels (source pass) followed by single vectors and a tail (24, 25, 40), and longer rows; with
+# several heads of whole vectors the passes take every head at once (ir_parts.ALL_HEADS), their groups
+# of vectors spanning heads (8 x 8, 4 x 16)
+CASES = [(h, c) for c in (1, 7, 8, 9, 16, 17, 24, 25, 33, 40, 64) for h in (1, 3)] + [(8, 8), (4, 16)]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -16,6 +16,7 @@ from .backward import check_bias_part, upstream_delta
 from .edge import edge_z
 from .edge_sums import source_edge_row_sums
 from .edge_terms import attribute_grads, target_edge_terms
+from .ir_parts import ALL_HEADS, heads_at_once
 from .prefetch import prefetch_row
 from .simd import dot3
 
@@ -215,8 +216,8 @@ def gatv2_backward_source_edge_rows(
                     prefetch_row(edge_scale, e, edge_bytes)
         # LeakyReLU: the channels in whole vectors in registers (see edge_sums.py)
         first = 0
-        if leaky:
-            for h in range(heads):
+        if leaky:  # every head at once where they fill whole vectors (edge_sums.py), else head by head
+            for h in range(ALL_HEADS, ALL_HEADS + 1) if heads_at_once(heads, channels) else range(heads):
                 args = (xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT)
                 first = source_edge_row_sums(q_out, j, h, *args, lo, hi, slope)
         if first == channels:

@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ir_parts import element_pointer, store_vector, times_scale, vector_groups
+from .ir_parts import element_pointer, head_span, store_vector, times_scale, vector_groups
 from .simd import LANES, load_vector, row_pointer, splat
 
 GROUP = 4  # vectors summed at once: 4 sums (8 float64 registers on AVX2) plus a row and a weight
@@ -59,7 +59,12 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
 
     ``out`` and ``src`` are 3-D (rows, H, C), or both 2-D (rows, C), where
     ``h`` only picks the column of ``coef`` and ``scale``; ``coef`` and
-    ``scale`` are (K, H), or both 1-D (K,) for one weight per ``k``. A
+    ``scale`` are (K, H), or both 1-D (K,) for one weight per ``k``. With
+    3-D rows, ``h = ir_parts.ALL_HEADS`` sums every head of row ``i``: where
+    the channels are C-contiguous and fill whole vectors, as one run of
+    ``H * C`` channels (each vector weighted by its own head's ``w_k``), so
+    the loop over ``k`` runs once per group of vectors, not once per head;
+    otherwise head by head. A
     ``scale`` of length 0 means no second factor (otherwise attention
     dropout's multipliers: ``w_k`` is the product, formed as the plain loop
     forms it). An empty range writes zeros. The vector code needs
@@ -75,7 +80,7 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
         a_out, a_src, a_idx, a_coef, a_scale = (
             context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 3, 4, 5, 6)
         )
-        i, h, lo, hi = args[1], args[2], args[7], args[8]
+        i, h_arg, lo, hi = args[1], args[2], args[7], args[8]
         intp = context.get_value_type(types.intp)
         fty = context.get_value_type(signature.args[0].dtype)
         vec_ty = ir.VectorType(fty, LANES)
@@ -83,33 +88,37 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
         ndim = signature.args[0].ndim
         contiguous = signature.args[0].layout == "C" and signature.args[3].layout == "C"
         coef_ndim = signature.args[5].ndim
-        po = _row_start(builder, a_out, ndim, i, h)
         channels = builder.extract_value(a_out.shape, ndim - 1)
         has_scale = builder.icmp_signed(">", builder.extract_value(a_scale.shape, 0), ir.Constant(intp, 0))
         unit = cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0))
 
-        def term(k):
-            """``(w_k, pointer to src[idx[k], h, 0])``."""
+        def weight(k, h):
+            """``w_k`` of head ``h``."""
+            w = builder.load(element_pointer(builder, a_coef, [k, h][:coef_ndim]))
+            return times_scale(
+                builder, w, has_scale, element_pointer(builder, a_scale, [k, h][:coef_ndim]), unit
+            )
+
+        def source_row(k, h):
+            """Pointer to ``src[idx[k], h, 0]``."""
             j = context.cast(
                 builder,
                 builder.load(element_pointer(builder, a_idx, [k])),
                 signature.args[4].dtype,
                 types.intp,
             )
-            w = builder.load(element_pointer(builder, a_coef, [k, h][:coef_ndim]))
-            w = times_scale(
-                builder, w, has_scale, element_pointer(builder, a_scale, [k, h][:coef_ndim]), unit
-            )
-            return w, _row_start(builder, a_src, ndim, j, h)
+            return _row_start(builder, a_src, ndim, j, h)
 
-        def vectors(base, count):
-            """Channels ``[base, base + 8 count)``: ``count`` vector sums over all k, then one store each."""
+        def sum_vectors(po, base, count, head_of, row_head):
+            """Channels ``[base, base + 8 count)`` of the row at ``po``: ``count`` vector sums over all k,
+            then one store each; vector ``v``'s weights are those of head ``head_of(offset)``."""
             offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
+            heads_v = [head_of(off) for off in offsets]
             sums = [cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in range(count)]
             with cgutils.for_range_slice(builder, lo, hi, one, intp) as (k, _):
-                w, ps = term(k)
-                wv = splat(builder, w, vec_ty)
-                for s, off in zip(sums, offsets):
+                ps = source_row(k, row_head)
+                for s, off, hv in zip(sums, offsets, heads_v):
+                    wv = splat(builder, weight(k, hv), vec_ty)
                     builder.store(
                         builder.fadd(
                             builder.load(s), builder.fmul(wv, load_vector(builder, ps, off, vec_ty))
@@ -128,22 +137,56 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
                 builder.gep(builder.bitcast(ptr, ir.IntType(8).as_pointer()), [step]), ptr.type
             )
 
-        def plain_order(first):
-            """Channels ``[first, C)`` in the plain loop order, on the output row."""
+        def plain_order(po, h, first):
+            """Channels ``[first, C)`` of head ``h`` in the plain loop order, on the output row."""
             with cgutils.for_range(builder, channels, start=first) as loop:
                 builder.store(ir.Constant(fty, 0.0), channel(po, a_out, loop.index))
             with builder.if_then(builder.icmp_signed("<", first, channels)):
                 with cgutils.for_range_slice(builder, lo, hi, one, intp) as (k, _):
-                    w, ps = term(k)
+                    w, ps = weight(k, h), source_row(k, h)
                     with cgutils.for_range(builder, channels, start=first) as loop:
                         p = channel(po, a_out, loop.index)
                         x = builder.load(channel(ps, a_src, loop.index))
                         builder.store(builder.fadd(builder.load(p), builder.fmul(w, x)), p)
 
-        if not contiguous:
-            plain_order(ir.Constant(intp, 0))
+        def one_head(h):
+            po = _row_start(builder, a_out, ndim, i, h)
+            if not contiguous:
+                plain_order(po, h, ir.Constant(intp, 0))
+                return
+            first = vector_groups(
+                builder,
+                intp,
+                channels,
+                GROUP,
+                lambda base, count: sum_vectors(po, base, count, lambda _: h, h),
+            )
+            plain_order(po, h, first)  # the last C mod 8
+
+        if ndim == 2:
+            one_head(h_arg)
             return context.get_dummy_value()
-        plain_order(vector_groups(builder, intp, channels, GROUP, vectors))  # the last C mod 8
+        heads = builder.extract_value(a_out.shape, 1)
+        row_head, width, head_of, _ = head_span(builder, h_arg, heads, channels)
+        every = builder.icmp_signed("<", h_arg, ir.Constant(intp, 0))
+        fused = builder.and_(every, builder.icmp_signed(">", width, ir.Constant(intp, 0)))
+        if not contiguous:
+            fused = ir.Constant(ir.IntType(1), 0)
+        with builder.if_else(fused) as (all_at_once, by_head):
+            with all_at_once:
+                po = _row_start(builder, a_out, ndim, i, row_head)
+                vector_groups(
+                    builder,
+                    intp,
+                    width,
+                    GROUP,
+                    lambda base, count: sum_vectors(po, base, count, head_of, row_head),
+                )
+            with by_head:  # one head, or every head in turn where C is not a multiple of 8
+                first_head = builder.select(every, ir.Constant(intp, 0), h_arg)
+                last_head = builder.select(every, heads, builder.add(h_arg, one))
+                with cgutils.for_range_slice(builder, first_head, last_head, one, intp) as (head, _):
+                    one_head(head)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -31,7 +31,10 @@ the same operations and bits). On ``small-batch`` that pass had cost 0.2-0.3 ms
 of a 6-8 ms step.
 
 The aggregation finds the rows ``xl[j]`` of a target still in cache from
-its scores. A dropped edge is added as ``0 * xl[j]`` rather than skipped:
+its scores. With several heads of whole 8-lane vectors it sums every head
+in one walk over the row's edges (``combine_rows`` with ``ALL_HEADS``): on
+Cora's 8 heads x 8 channels the kernel took 1.33 ms instead of 1.46 (one
+thread, Intel Xeon). A dropped edge is added as ``0 * xl[j]`` rather than skipped:
 the same bits for finite ``xl`` (``out`` starts at +0, and a sum that starts
 at +0 never becomes -0, so adding +-0 changes nothing), and a branch taken
 at random (p = 0.6) cost more than the work it saved. An overflowed
@@ -59,6 +62,7 @@ from numba import njit
 from .activations import LEAKY_RELU, act
 from .combine import combine_rows
 from .edge import edge_z
+from .ir_parts import ALL_HEADS, heads_at_once
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_edge_score, leaky_score
 
@@ -101,8 +105,12 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
                         score += att[h, c] * act(xr[i, h, c] + xl[j, h, c], kind, slope)
                     alpha[e, h] = score
         _row_softmax(alpha, start, end, heads, zero, one)
-        for h in range(heads):  # out[i, h] = sum_e a_ij (* m_ij) xl[j, h], the sums in registers (combine.py)
-            combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
+        # out[i, h] = sum_e a_ij (* m_ij) xl[j, h], the sums in registers (combine.py)
+        if heads_at_once(heads, channels):
+            combine_rows(out, i, ALL_HEADS, xl, indices, alpha, edge_scale, start, end)
+        else:
+            for h in range(heads):
+                combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
         if finish:  # written here, not in a helper (see the module docstring)
             for h in range(heads):
                 for c in range(channels):
@@ -155,8 +163,11 @@ def gatv2_forward_edge_rows(
                         score += att[h, c] * act(zb[0, h, c], kind, slope)
                     alpha[e, h] = score
         _row_softmax(alpha, start, end, heads, zero, one)
-        for h in range(heads):
-            combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
+        if heads_at_once(heads, channels):
+            combine_rows(out, i, ALL_HEADS, xl, indices, alpha, edge_scale, start, end)
+        else:
+            for h in range(heads):
+                combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
         if finish:
             for h in range(heads):
                 for c in range(channels):

@@ -9,10 +9,25 @@ codegens (arguments by name, vector constants).
 from types import SimpleNamespace
 
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 
 from .simd import LANES, element_pointer, splat
+
+#: The head argument that asks an intrinsic of ``combine.py`` or ``edge_sums.py`` for every head at
+#: once (see :func:`head_span`).
+ALL_HEADS = -1
+
+
+@njit(inline="always", cache=True)
+def heads_at_once(heads, channels):
+    """Whether the kernels pass :data:`ALL_HEADS`: several heads whose channels fill whole vectors.
+
+    One head goes by its index: with ``ALL_HEADS`` the intrinsics load a
+    vector's per-head scalars once per vector, not once per group of vectors
+    (the one-head source pass at 32 channels took 1.18x the time, Cora's graph).
+    """
+    return heads > 1 and channels % LANES == 0
 
 
 def store_vector(builder, ptr, index, value):
@@ -49,6 +64,38 @@ def vector_groups(builder, intp, channels, group, body):
     vectors = builder.udiv(channels, lanes)
     index_groups(builder, intp, vectors, group, lambda start, count: body(builder.mul(start, lanes), count))
     return builder.mul(vectors, lanes)
+
+
+def head_span(builder, h, heads, channels):
+    """``(row_head, width, head_of, done)`` for an intrinsic's head argument ``h``: which channels it does.
+
+    ``h >= 0``: head ``h``'s ``C`` channels; the vectors start at the rows'
+    head ``h``. ``h == ALL_HEADS``: all ``H * C`` channels of a row as one
+    (a C-contiguous ``(H, C)`` row is one run), where ``C`` is a multiple of
+    8, so that each vector lies in one head: the rows start at head 0 and
+    ``head_of(offset)`` is the head of the vector at that offset, for the
+    per-head scalars (``δ``, ``α``). With ``C`` not a multiple of 8 nothing
+    is done and ``done`` is 0 (the kernels' plain loops then do every
+    channel); else ``done`` is ``C``, the first channel of each head left
+    over. Each channel's sum is the same sequence of operations either way:
+    with 8 heads of 8 channels (Cora's layer) the edge loop runs once per 4
+    heads instead of once per head.
+    """
+    intp = h.type
+    zero = ir.Constant(intp, 0)
+    every = builder.icmp_signed("<", h, zero)
+    whole = builder.icmp_unsigned("==", builder.urem(channels, ir.Constant(intp, LANES)), zero)
+    row_head = builder.select(every, zero, h)
+    all_width = builder.select(whole, builder.mul(heads, channels), zero)
+    width = builder.select(every, all_width, channels)
+
+    def head_of(offset):
+        return builder.select(every, builder.udiv(offset, channels), h)
+
+    def done(first):
+        return builder.select(every, builder.select(whole, channels, zero), first)
+
+    return row_head, width, head_of, done
 
 
 def arrays_ok(arrays, ndims):

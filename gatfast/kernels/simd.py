@@ -175,6 +175,9 @@ def splat(builder, value, vec_ty):
 def add_edge_terms(builder, u, weT, e, h, zs, offsets, vec_ty):
     """``zs[v] + Σ_d weT[h, d, offsets[v]:offsets[v] + 8] * u[e, d]``, ``d`` in order: ``edge.py``'s ``z``.
 
+    ``h`` is one head for every vector, or a list of one head per vector
+    (``offsets`` then within each vector's head).
+
     ``u`` and ``weT`` are Numba array structures, ``weT`` with contiguous
     channels. The loop over ``d`` is the outer one, so the vectors' chains
     of dependent adds run side by side: one vector at a time, an edge waited
@@ -184,9 +187,9 @@ def add_edge_terms(builder, u, weT, e, h, zs, offsets, vec_ty):
     with cgutils.for_range(builder, builder.extract_value(u.shape, 1)) as loop:
         d = loop.index
         ud = splat(builder, builder.load(element_pointer(builder, u, [e, d])), vec_ty)
-        w_row = row_pointer(builder, weT, h, d)
-        for slot, off in zip(slots, offsets):
-            term = builder.fmul(load_vector(builder, w_row, off, vec_ty), ud)
+        heads_v = h if isinstance(h, list) else [h] * len(offsets)
+        for slot, off, hv in zip(slots, offsets, heads_v):
+            term = builder.fmul(load_vector(builder, row_pointer(builder, weT, hv, d), off, vec_ty), ud)
             builder.store(builder.fadd(builder.load(slot), term), slot)
     return [builder.load(slot) for slot in slots]
 
