@@ -1,18 +1,23 @@
 """The forward kernels' softmax, bit for bit.
 
-Scores are made exact (one channel, ``att = 1``, ``xr = 0``, ``xl >= 0``: the score of edge ``j -> i`` is
-``xl[j]``), so the weights can be formed here with the kernel's operations in order: each row's scores less
-their maximum, the exponential (the C library's, as Numba calls it), the row's sum in edge order and one
-division; in any chunks of rows.
+Scores are made exact (one channel per head, ``att = 1``, ``xr = 0``, ``xl >= 0``: the score of edge
+``j -> i`` in head ``h`` is ``xl[j, h]``), so the weights can be formed here with the kernel's operations in
+order: each row's scores less their maximum, the exponential, the row's sum in edge order and one division;
+in any chunks of rows. The exponential is the C library's (as Numba calls it) for one head and for float64,
+and ``elu.exp_f32`` for several float32 heads (``kernels/softmax.py``).
 """
 
 import math
 
 import numpy as np
 import pytest
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
+from gatfast.kernels.elu import exp_f32
+from gatfast.kernels.softmax import softmax_row, vector_exp_f32
 
 N = 3000  # about 13,500 edges
 HUB = 200
@@ -30,69 +35,136 @@ def _graph(seed):
 
 @njit
 def _libm_exp(d):
-    return math.exp(d)  # float32: the C library's expf, as in the kernel
+    return math.exp(d)  # float32: the C library's expf, as in the kernel's loops
 
 
-def _exp(d, dtype):
-    return _libm_exp(d) if dtype == np.float32 else math.exp(d)
+def _exp(d, dtype, heads):
+    if dtype == np.float64:
+        return math.exp(d)
+    return exp_f32(d) if heads > 1 else _libm_exp(d)
 
 
 def _weights(indptr, indices, x, dtype):
-    alpha = np.empty(indices.size, dtype)
+    """The weights of every head of ``x`` (n, H) by the kernel's operations in order."""
+    heads = x.shape[1]
+    alpha = np.empty((indices.size, heads), dtype)
     for i in range(indptr.size - 1):
         lo, hi = indptr[i], indptr[i + 1]
-        if hi == lo:
-            continue
-        scores = x[indices[lo:hi]]
-        shifted = (scores - scores.max()).astype(dtype)
-        w = np.array([_exp(d, dtype) for d in shifted], dtype)
-        denom = dtype(0)
-        for v in w:
-            denom = dtype(denom + v)
-        alpha[lo:hi] = w * (dtype(1) / denom)
+        for h in range(heads if hi > lo else 0):
+            scores = x[indices[lo:hi], h]
+            shifted = (scores - scores.max()).astype(dtype)
+            w = np.array([_exp(d, dtype, heads) for d in shifted], dtype)
+            denom = dtype(0)
+            for v in w:
+                denom = dtype(denom + v)
+            alpha[lo:hi, h] = w * (dtype(1) / denom)
     return alpha
 
 
 @pytest.mark.parametrize("edge", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_weights_are_the_exponentials_of_the_shifted_scores_normalised(edge, dtype):
+@pytest.mark.parametrize("heads", [1, 2, 3, 8, 9, 17])  # softmax.py: 8 heads a vector, then the rest
+def test_weights_are_the_exponentials_of_the_shifted_scores_normalised(edge, dtype, heads):
     indptr, indices = _graph(3)
     n = indptr.size - 1
     rng = np.random.default_rng(4)
-    x = (rng.random(n) * 30).astype(dtype)  # scores 0-30: exponentials over 13 orders of magnitude
-    xl = x.reshape(n, 1, 1).copy()
-    xr = np.zeros((n, 1, 1), dtype)
-    att = np.ones((1, 1), dtype)
+    x = (rng.random((n, heads)) * 30).astype(dtype)  # scores 0-30: exponentials over 13 orders of magnitude
+    xl = x.reshape(n, heads, 1).copy()
+    xr = np.zeros((n, heads, 1), dtype)
+    att = np.ones((heads, 1), dtype)
     want = _weights(indptr, indices, x, dtype)
     head = (indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"])
-    tail = (np.zeros((0, 1), dtype), np.zeros(0, dtype), False)
+    tail = (np.zeros((0, heads), dtype), np.zeros(0, dtype), False)
     for cuts in ([0, n], [0, 1, 17, 18, 40, 41, n - 1, n], list(range(0, n, 7)) + [n]):
-        alpha = np.full((indices.size, 1), np.nan, dtype)
-        out = np.empty((n, 1, 1), dtype)
+        alpha = np.full((indices.size, heads), np.nan, dtype)
+        out = np.empty((n, heads, 1), dtype)
         for lo, hi in zip(cuts, cuts[1:]):
             if edge:  # W_E u = 0: the same scores
-                u, weT = np.ones((indices.size, 2), dtype), np.zeros((1, 2, 1), dtype)
+                u, weT = np.ones((indices.size, 2), dtype), np.zeros((heads, 2, 1), dtype)
                 gatv2_forward_edge_rows(lo, hi, *head, u, weT, *tail, alpha, out)
             else:
                 gatv2_forward_rows(lo, hi, *head, *tail, alpha, out)
-        assert alpha[:, 0].tobytes() == want.tobytes()
+        assert alpha.tobytes() == want.tobytes()
 
 
-def test_a_nan_score_gives_nan_weights_in_its_row_only():
+@pytest.mark.parametrize("heads", [1, 3, 8])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_nan_or_inf_score_gives_nan_weights_in_its_row_and_head_only(heads, value):
+    """A NaN score, or an infinite one (``inf - inf`` in the shift gives a NaN weight, and the sum spreads
+    it), spoils the weights of its head in the rows that read it, and nothing else."""
     indptr, indices = _graph(5)
     n = indptr.size - 1
-    x = np.linspace(0, 5, n).astype(np.float32)
-    row = 40
-    x[indices[indptr[row]]] = np.nan
-    xl = x.reshape(n, 1, 1).copy()
-    alpha = np.empty((indices.size, 1), np.float32)
-    out = np.empty((n, 1, 1), np.float32)
+    x = np.tile(np.linspace(0, 5, n).astype(np.float32)[:, None], (1, heads))
+    row, head = 40, heads - 1
+    x[indices[indptr[row]], head] = value
+    xl = x.reshape(n, heads, 1).copy()
+    alpha = np.empty((indices.size, heads), np.float32)
+    out = np.empty((n, heads, 1), np.float32)
     gatv2_forward_rows(
-        0, n, indptr, indices, xl, np.zeros_like(xl), np.ones((1, 1), np.float32), np.float32(0.2),
-        ACTIVATIONS["leaky_relu"], np.zeros((0, 1), np.float32), np.zeros(0, np.float32), False, alpha, out,
+        0, n, indptr, indices, xl, np.zeros_like(xl), np.ones((heads, 1), np.float32), np.float32(0.2),
+        ACTIVATIONS["leaky_relu"], np.zeros((0, heads), np.float32), np.zeros(0, np.float32), False, alpha, out,
     )  # fmt: skip
-    bad = np.zeros(indices.size, bool)
-    for i in range(n):  # every row that reads the NaN score's source
+    bad = np.zeros((indices.size, heads), bool)
+    for i in range(n):  # every row that reads the bad score's source
         if (indices[indptr[i] : indptr[i + 1]] == indices[indptr[row]]).any():
-            bad[indptr[i] : indptr[i + 1]] = True
+            bad[indptr[i] : indptr[i + 1], head] = True
     assert np.isnan(alpha[bad]).all() and np.isfinite(alpha[~bad]).all()
+
+
+@intrinsic
+def _vector_exp(typingctx, src, dst, k):
+    """``dst[k:k + 8] = vector_exp_f32(src[k:k + 8])``."""
+    sig = types.void(src, dst, types.intp)
+
+    def codegen(context, builder, signature, args):
+        vec = ir.VectorType(ir.FloatType(), 8)
+        a, b = (context.make_array(signature.args[n])(context, builder, args[n]) for n in (0, 1))
+        load_from = builder.bitcast(builder.gep(a.data, [args[2]]), vec.as_pointer())
+        store_to = builder.bitcast(builder.gep(b.data, [args[2]]), vec.as_pointer())
+        builder.store(vector_exp_f32(builder, builder.load(load_from, align=4)), store_to, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit
+def _both_exps(x, vector, scalar):
+    for k in range(0, x.size - 7, 8):
+        _vector_exp(x, vector, k)
+    for k in range(x.size):
+        scalar[k] = exp_f32(x[k])
+
+
+def _same_exps(x):
+    x = np.concatenate([x, np.zeros(-x.size % 8, np.float32)])
+    vector, scalar = np.empty_like(x), np.empty_like(x)
+    _both_exps(x, vector, scalar)
+    return vector.tobytes() == scalar.tobytes()
+
+
+def test_the_vector_exponential_is_exp_f32_bit_for_bit():
+    rng = np.random.default_rng(0)
+    negative = rng.integers(0, 1 << 31, 1 << 20, dtype=np.uint64).astype(np.uint32) | np.uint32(1 << 31)
+    special = [0.0, -0.0, -np.inf, np.nan, -1e-45, -1e-38, -87.3, -88.7, -103.9, -104.0, -110.0, -1e30]
+    x = np.concatenate([negative.view(np.float32), np.array(special, np.float32)])
+    assert _same_exps(x)
+
+
+@pytest.mark.slow
+def test_the_vector_exponential_is_exp_f32_on_every_negative_float():
+    chunk = 1 << 25
+    for lo in range(1 << 31, 1 << 32, chunk):
+        assert _same_exps(np.arange(lo, lo + chunk, dtype=np.uint64).astype(np.uint32).view(np.float32)), lo
+
+
+@njit
+def _softmax_row_did(alpha):
+    return softmax_row(alpha, 0, alpha.shape[0])
+
+
+def test_softmax_row_leaves_one_head_float64_and_strided_rows_to_the_loops():
+    for alpha in (np.ones((5, 1), np.float32), np.ones((5, 3)), np.ones((5, 6), np.float32)[:, ::2]):
+        before = alpha.copy()
+        assert not _softmax_row_did(alpha)
+        assert alpha.tobytes() == before.tobytes()
+    assert _softmax_row_did(np.ones((5, 3), np.float32))

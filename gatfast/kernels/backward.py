@@ -9,6 +9,8 @@ Two passes over the edges:
 2. **source pass** (sources ``j``, in the graph's cached source-major order):
    ``Q_j = Σ_i (δ_ij a ⊙ s_ij + α̃_ij g_i)``.
 
+With several heads, the softmax's backward (``δ`` from ``A``) of a row runs
+as vector code over the heads (``softmax.row_deltas``, the same bits).
 With LeakyReLU attention the per-row sums of both passes run in
 ``edge_sums.py`` (the sums in vector registers, the same bits) for the
 channels in whole 8-lane vectors; the loops here do the rest, every channel
@@ -31,6 +33,7 @@ from .edge_sums import source_row_sums, target_row_sums
 from .ir_parts import ALL_HEADS, heads_at_once
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
+from .softmax import row_deltas
 
 ATT_BLOCK = 256  # target rows per partial sum of ∂L/∂a and ∂L/∂W_E
 
@@ -92,6 +95,8 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
             if dropout:
                 a_ij = a_ij * edge_scale[e, h]
             upstream[e, h] = a_ij
+    if row_deltas(alpha, upstream, delta, start, end):  # several heads: vector code (softmax.py)
+        return
     for h in range(heads):
         mean_a = zero
         for e in range(start, end):

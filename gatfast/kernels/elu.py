@@ -29,17 +29,17 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-_INV_LN2 = 1.4426950408889634
-# ln 2 in two parts: _LN2_HI has its last 21 bits zero, so k * _LN2_HI is exact for |k| < 2**21
-_LN2_HI = 0.6931471803691238
-_LN2_LO = 1.9082149292705877e-10
+INV_LN2 = 1.4426950408889634
+# ln 2 in two parts: LN2_HI has its last 21 bits zero, so k * LN2_HI is exact for |k| < 2**21
+LN2_HI = 0.6931471803691238
+LN2_LO = 1.9082149292705877e-10
 # below this exp(x) is under a quarter of float32's smallest subnormal and expm1(x) rounds to -1
-_LOWEST = -110.0
+LOWEST = -110.0
 
 
 # Adding 1.5 * 2**52 rounds a float64 of magnitude below 2**51 to an integer (to nearest, ties to
 # even, as np.rint) and leaves that integer in the low bits of the sum's bit pattern.
-_ROUNDER = 6755399441055744.0
+ROUNDER = 6755399441055744.0
 
 
 def _bitcast(source, target):
@@ -67,17 +67,17 @@ _float_of = _bitcast(types.int64, types.float64)  # the float64 with this bit pa
 def _exp_parts(v):
     """``(s, p)`` with ``exp(v) = s * (1 + p)``, ``s = 2**k`` and ``p = expm1(r)``, ``|r| <= ln(2) / 2``.
 
-    ``v`` (a float32) is read as float64 and clamped to ``[_LOWEST, 0]``
-    (a NaN becomes ``_LOWEST``; callers select ``v`` itself for NaN and
+    ``v`` (a float32) is read as float64 and clamped to ``[LOWEST, 0]``
+    (a NaN becomes ``LOWEST``; callers select ``v`` itself for NaN and
     positive ``v``). ``p`` is the Taylor series to ``r**13 / 13!``, whose
     remainder is below 1e-17 on that interval.
     """
     d = np.float64(v)
-    d = d if d > _LOWEST else _LOWEST
+    d = d if d > LOWEST else LOWEST
     d = d if d < 0.0 else 0.0
-    rounded = d * _INV_LN2 + _ROUNDER  # (never fastmath here: reassociation would cancel the rounding)
-    k = rounded - _ROUNDER  # np.rint(d / ln 2), exactly
-    r = (d - k * _LN2_HI) - k * _LN2_LO
+    rounded = d * INV_LN2 + ROUNDER  # (never fastmath here: reassociation would cancel the rounding)
+    k = rounded - ROUNDER  # np.rint(d / ln 2), exactly
+    r = (d - k * LN2_HI) - k * LN2_LO
     # q(r) = sum of r**i / (i + 2)! for i = 0 .. 11, in Estrin's scheme: four short chains
     # instead of one of twelve multiply-adds, so the vector units are not left waiting
     r2 = r * r
@@ -88,7 +88,7 @@ def _exp_parts(v):
     q = q01 + r4 * (q23 + r4 * q45)
     # 2**k built from its exponent field (k in [-159, 0]: a normal float64); AVX2 has no
     # float64 -> int64 conversion, but the integer k already sits in the low bits of `rounded`
-    scale = _float_of((_bits_of(rounded) - _bits_of(_ROUNDER) + 1023) << 52)
+    scale = _float_of((_bits_of(rounded) - _bits_of(ROUNDER) + 1023) << 52)
     return scale, r + r * r * q
 
 

@@ -1,0 +1,100 @@
+"""``kernels.head_sums``: every head's score of an edge at once, the bits of the per-head intrinsic."""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from gatfast.kernels import ACTIVATIONS, gatv2_forward_rows
+from gatfast.kernels.head_sums import leaky_scores, scores_fit
+from gatfast.kernels.simd import leaky_score
+
+
+@njit
+def _all_at_once(att, xr, xl, slope, out):
+    done = True
+    for e in range(out.shape[0]):
+        done = leaky_scores(att, xr, e % xr.shape[0], xl, (7 * e) % xl.shape[0], slope, out, e) and done
+    return done
+
+
+@njit
+def _head_by_head(att, xr, xl, slope, out):
+    for e in range(out.shape[0]):
+        for h in range(att.shape[0]):
+            out[e, h] = leaky_score(att, xr, e % xr.shape[0], xl, (7 * e) % xl.shape[0], h, slope)
+
+
+def _case(heads, channels, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    # magnitudes over eight orders, so any other summation order shows in the last bits
+    xr, xl = (
+        (rng.standard_normal((30, heads, channels)) * 10.0 ** rng.uniform(-4, 4, (30, heads, 1))).astype(
+            dtype
+        )
+        for _ in range(2)
+    )
+    xl[::3, :, ::2] = -xr[::3, :, ::2]  # z = +0 exactly
+    att = rng.standard_normal((heads, channels)).astype(dtype)
+    return att, xr, xl
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+# groups of 8 heads, then 1-7 more (one code path per count), at one to three vectors per head
+@pytest.mark.parametrize("heads", [2, 3, 7, 8, 9, 16, 17])
+@pytest.mark.parametrize("channels", [8, 16, 24])
+def test_all_heads_at_once_give_each_heads_bits(dtype, heads, channels):
+    att, xr, xl = _case(heads, channels, dtype, heads * channels)
+    slope = dtype(0.2)
+    fast = np.full((50, heads), np.nan, dtype)
+    want = np.full((50, heads), np.nan, dtype)
+    assert _all_at_once(att, xr, xl, slope, fast)
+    _head_by_head(att, xr, xl, slope, want)
+    assert not np.isnan(fast).any()
+    assert fast.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("channels", [1, 7, 9, 17])
+def test_channels_in_part_vectors_are_left_to_the_caller(channels):
+    att, xr, xl = _case(3, channels, np.float32)
+    out = np.full((50, 3), np.nan, np.float32)
+    assert not _all_at_once(att, xr, xl, np.float32(0.2), out)
+    assert np.isnan(out).all()
+
+
+@njit
+def _fits(att, xr, xl, out):
+    return scores_fit(att, xr, xl, out)
+
+
+def test_strided_arrays_are_left_to_the_caller():
+    att, xr, xl = _case(3, 8, np.float32)
+    strided = np.repeat(xl, 2, axis=2)[:, :, ::2]
+    out = np.full((50, 3), np.nan, np.float32)
+    assert _fits(att, xr, xl, out) and not _fits(att, xr, strided, out)
+    assert not _all_at_once(att, xr, strided, np.float32(0.2), out)
+    assert np.isnan(out).all()
+
+
+@pytest.mark.parametrize("heads", [3, 8])
+def test_the_forward_kernel_scores_rows_it_cannot_read_as_vectors_head_by_head(heads):
+    """``xl`` whose channels are contiguous but whose layout Numba cannot call C-contiguous (a slice of
+    wider rows) takes the per-head scores: the same bits as the C-contiguous copy, every score written."""
+    att, xr, xl = _case(heads, 8, np.float32, 5)
+    rng = np.random.default_rng(6)
+    degree = rng.integers(0, 9, 30)
+    indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    indices = rng.integers(0, 30, indptr[-1]).astype(np.int64)
+    wide = np.zeros((30, heads, 16), np.float32)
+    wide[:, :, :8] = xl
+    results = []
+    for rows in (xl, wide[:, :, :8]):
+        alpha = np.full((indices.size, heads), np.nan, np.float32)
+        out = np.full((30, heads, 8), np.nan, np.float32)
+        gatv2_forward_rows(
+            0, 30, indptr, indices, rows, xr, att, np.float32(0.2), ACTIVATIONS["leaky_relu"],
+            np.zeros((0, heads), np.float32), np.zeros(0, np.float32), False, alpha, out,
+        )  # fmt: skip
+        results.append((alpha, out))
+    (alpha, out), (alpha_s, out_s) = results
+    assert not np.isnan(alpha).any() and not np.isnan(out).any()
+    assert alpha.tobytes() == alpha_s.tobytes() and out.tobytes() == out_s.tobytes()
