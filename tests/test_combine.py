@@ -117,6 +117,22 @@ def test_combine_rows_on_2d_rows_with_one_weight_per_term_and_int32_indices(chan
     assert out.tobytes() == want.tobytes()
 
 
+@numba.njit
+def _combined_2d_all_heads(indptr, indices, src, coef, scale, out):
+    for i in range(indptr.size - 1):
+        combine_rows(out, i, ALL_HEADS, src, indices, coef, scale, indptr[i], indptr[i + 1])
+
+
+def test_combine_rows_of_all_heads_on_2d_rows_takes_the_first_column_of_weights():
+    """2-D rows have one head: ``ALL_HEADS`` weights them by ``coef[:, 0]``, never by a column before it."""
+    indptr, indices, src, coef, scale = _case(11, 25, 50, 2, 17, np.float32)
+    src2 = np.ascontiguousarray(src[:, 0])
+    out = np.full((25, 17), np.nan, np.float32)
+    _combined_2d_all_heads(indptr, indices, src2, coef, scale, out)
+    want = plain_loop(indptr, indices, src2, coef[:, 0], scale[:, 0])
+    assert out.tobytes() == want.tobytes()
+
+
 def test_combine_rows_writes_only_its_row_and_head():
     indptr, indices, src, coef, _ = _case(3, 6, 10, 2, 17, np.float64)
     out = np.full((6, 2, 17), 7.0)

@@ -40,7 +40,7 @@ def _case(heads, channels, dtype, seed=0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 # groups of 8 heads, then 1-7 more (one code path per count), at one to three vectors per head
-@pytest.mark.parametrize("heads", [2, 3, 7, 8, 9, 16, 17])
+@pytest.mark.parametrize("heads", [2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 17])
 @pytest.mark.parametrize("channels", [8, 16, 24])
 def test_all_heads_at_once_give_each_heads_bits(dtype, heads, channels):
     att, xr, xl = _case(heads, channels, dtype, heads * channels)

@@ -17,7 +17,7 @@ from numba.extending import intrinsic
 
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
 from gatfast.kernels.elu import exp_f32
-from gatfast.kernels.softmax import softmax_row, vector_exp_f32
+from gatfast.kernels.softmax import row_deltas, softmax_row, vector_exp_f32
 
 N = 3000  # about 13,500 edges
 HUB = 200
@@ -63,7 +63,8 @@ def _weights(indptr, indices, x, dtype):
 
 @pytest.mark.parametrize("edge", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("heads", [1, 2, 3, 8, 9, 17])  # softmax.py: 8 heads a vector, then the rest
+# softmax.py: 8 heads a vector, then the rest as a vector of 1-7 lanes
+@pytest.mark.parametrize("heads", [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 17])
 def test_weights_are_the_exponentials_of_the_shifted_scores_normalised(edge, dtype, heads):
     indptr, indices = _graph(3)
     n = indptr.size - 1
@@ -168,3 +169,48 @@ def test_softmax_row_leaves_one_head_float64_and_strided_rows_to_the_loops():
         assert not _softmax_row_did(alpha)
         assert alpha.tobytes() == before.tobytes()
     assert _softmax_row_did(np.ones((5, 3), np.float32))
+
+
+@njit
+def _deltas_loops(alpha, upstream, delta, start, end):
+    """``backward.upstream_delta``'s loops."""
+    for h in range(alpha.shape[1]):
+        mean_a = alpha.dtype.type(0.0)
+        for e in range(start, end):
+            mean_a += alpha[e, h] * upstream[e, h]
+        for e in range(start, end):
+            delta[e, h] = alpha[e, h] * (upstream[e, h] - mean_a)
+
+
+@njit
+def _deltas_vector(alpha, upstream, delta, start, end):
+    return row_deltas(alpha, upstream, delta, start, end)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+# 8 heads a vector, then the rest as a vector of 1-7 lanes
+@pytest.mark.parametrize("heads", [2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 17])
+def test_row_deltas_give_the_loops_bits(dtype, heads):
+    indptr, _ = _graph(7)
+    rng = np.random.default_rng(heads)
+    nnz = indptr[-1]
+    alpha = rng.random((nnz, heads)).astype(dtype)
+    # magnitudes over eight orders, so any other summation order shows in the last bits
+    upstream = (rng.standard_normal((nnz, heads)) * 10.0 ** rng.uniform(-4, 4, (nnz, 1))).astype(dtype)
+    upstream[5, heads - 1], upstream[9, 0], alpha[11, 0] = np.nan, np.inf, -np.inf
+    want = np.full((nnz, heads), 7.0, dtype)
+    got = np.full((nnz, heads), 7.0, dtype)
+    for i in range(indptr.size - 1):
+        _deltas_loops(alpha, upstream, want, indptr[i], indptr[i + 1])
+        assert _deltas_vector(alpha, upstream, got, indptr[i], indptr[i + 1])
+    assert np.isnan(want).any() and (want != 7.0).any()
+    assert got.tobytes() == want.tobytes()
+
+
+def test_row_deltas_leave_one_head_and_strided_rows_to_the_loops():
+    one = np.ones((5, 1), np.float32)
+    assert not _deltas_vector(one, one, one.copy(), 0, 5)
+    strided = np.ones((5, 6), np.float32)[:, ::2]
+    delta = np.full((5, 3), 7.0, np.float32)
+    assert not _deltas_vector(strided, strided, delta, 0, 5)
+    assert (delta == 7.0).all()

@@ -216,10 +216,17 @@ def gatv2_backward_source_edge_rows(
                     prefetch_row(edge_scale, e, edge_bytes)
         # LeakyReLU: the channels in whole vectors in registers (see edge_sums.py)
         first = 0
-        if leaky:  # every head at once where they fill whole vectors (edge_sums.py), else head by head
-            for h in range(ALL_HEADS, ALL_HEADS + 1) if heads_at_once(heads, channels) else range(heads):
-                args = (xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT)
-                first = source_edge_row_sums(q_out, j, h, *args, lo, hi, slope)
+        if leaky and heads_at_once(heads, channels):  # every head at once (edge_sums.py)
+            first = source_edge_row_sums(
+                q_out, j, ALL_HEADS, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT,
+                lo, hi, slope,
+            )  # fmt: skip
+        elif leaky:
+            for h in range(heads):
+                first = source_edge_row_sums(
+                    q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT,
+                    lo, hi, slope,
+                )  # fmt: skip
         if first == channels:
             continue
         for h in range(heads):

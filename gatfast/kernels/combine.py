@@ -163,8 +163,12 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
             )
             plain_order(po, h, first)  # the last C mod 8
 
-        if ndim == 2:
-            one_head(h_arg)
+        if ndim == 2:  # h picks the weights' column; ALL_HEADS (one head of rows) is column 0
+            one_head(
+                builder.select(
+                    builder.icmp_signed("<", h_arg, ir.Constant(intp, 0)), ir.Constant(intp, 0), h_arg
+                )
+            )
             return context.get_dummy_value()
         heads = builder.extract_value(a_out.shape, 1)
         row_head, width, head_of, _ = head_span(builder, h_arg, heads, channels)

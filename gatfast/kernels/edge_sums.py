@@ -10,7 +10,7 @@ at 8 channels per head (Cora's 8 heads x 8) the loops ran scalar, 4-5x
 slower per edge than 2 heads x 32 (one thread, 2-core AMD EPYC). These
 intrinsics run the edge loop per group of 8-channel vectors with the sums in
 registers and store them once, for the channels ``[0, C - C mod 8)`` of one
-head; the kernels do the last ``C mod 8`` channels with their plain loops
+head (or of every head, below); the kernels do the last ``C mod 8`` channels with their plain loops
 (and every channel of other activations, or of arrays with strided channels).
 The target pass with edge features has its own intrinsic (``edge_terms.py``).
 On Cora's graph at 8 x 8 (one thread, old and new code alternating in one
@@ -64,6 +64,9 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
     slope)) * att[h, c]``, with ``z = xr[i, h, c] + xl[j_e, h, c]``, ``j_e =
     indices[e]`` and ``δ_e = delta[e, h]`` over ``e`` in ``[lo, hi)``.
     Returns the first channel not done (0 for arrays that are not C-contiguous).
+    ``h = ir_parts.ALL_HEADS``: every head, each vector with its own head's
+    ``δ``; returns ``C`` where the channels fill whole vectors, else 0
+    (nothing done; see ``ir_parts.head_span``).
     """
     arrays = (p_out, att_part, xl, xr, att, indices, delta)
     if not arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
@@ -256,6 +259,9 @@ def source_row_sums(
     alpha[e, h]`` (times ``edge_scale[e, h]`` when it is not empty) and ``s =
     1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``. Returns the first
     channel not done (0 for arrays that are not C-contiguous).
+    ``h = ir_parts.ALL_HEADS``: every head, each vector with its own head's
+    ``δ`` and ``α``; returns ``C`` where the channels fill whole vectors,
+    else 0 (nothing done; see ``ir_parts.head_span``).
     """
     head = _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
     if head is None:

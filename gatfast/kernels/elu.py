@@ -67,6 +67,10 @@ _float_of = _bitcast(types.int64, types.float64)  # the float64 with this bit pa
 def _exp_parts(v):
     """``(s, p)`` with ``exp(v) = s * (1 + p)``, ``s = 2**k`` and ``p = expm1(r)``, ``|r| <= ln(2) / 2``.
 
+    ``softmax.vector_exp_f32`` writes :func:`exp_f32` as LLVM vector code
+    operation for operation: a change here must go there too (a test
+    compares their bits).
+
     ``v`` (a float32) is read as float64 and clamped to ``[LOWEST, 0]``
     (a NaN becomes ``LOWEST``; callers select ``v`` itself for NaN and
     positive ``v``). ``p`` is the Taylor series to ``r**13 / 13!``, whose

@@ -101,7 +101,9 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
         end = indptr[i + 1]
         # scores e_ij of all heads, kept in alpha until normalised; one gather
         # of xl[j] per edge, the rows of later edges prefetched
-        for e in range(start, end if together else start):  # every head at once (head_sums.py)
+        # every head at once (head_sums.py); `together` implies what leaky_scores needs to write
+        # (heads_at_once: whole vectors; scores_fit: C-contiguous), so it always writes
+        for e in range(start, end if together else start):
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             leaky_scores(att, xr, i, xl, indices[e], slope, alpha, e)

@@ -1,9 +1,11 @@
-"""Building blocks of LLVM IR shared by the intrinsics of ``combine.py``, ``edge_sums.py`` and ``edge_terms.py``.
+"""Building blocks of LLVM IR shared by the kernels' intrinsics (``combine.py``, ``edge_sums.py``,
+``edge_terms.py``, ``head_sums.py``, ``softmax.py``).
 
 Addresses from an array's data pointer and strides, vector stores, the
 loop over whole 8-lane vectors, the dropout factor without a branch, the
-argument checks at typing time, and the common set-up of the LeakyReLU
-codegens (arguments by name, vector constants).
+argument checks at typing time, the common set-up of the LeakyReLU
+codegens (arguments by name, vector constants), every head at once
+(:data:`ALL_HEADS`) and functions of their own (:func:`outlined`).
 """
 
 from types import SimpleNamespace
@@ -78,8 +80,9 @@ def head_span(builder, h, heads, channels):
     is done and ``done`` is 0 (the kernels' plain loops then do every
     channel); else ``done`` is ``C``, the first channel of each head left
     over. Each channel's sum is the same sequence of operations either way:
-    with 8 heads of 8 channels (Cora's layer) the edge loop runs once per 4
-    heads instead of once per head.
+    with 8 heads of 8 channels (Cora's layer) the edge loop runs once per
+    group of vectors (4 heads in ``combine.py`` and the source pass, 2 in the
+    target pass) instead of once per head.
     """
     intp = h.type
     zero = ir.Constant(intp, 0)
@@ -96,6 +99,32 @@ def head_span(builder, h, heads, channels):
         return builder.select(every, builder.select(whole, channels, zero), first)
 
     return row_head, width, head_of, done
+
+
+def outlined(builder, name, args, body):
+    """Call ``name(*args)``, a void LLVM function of this module that ``body(fb, params)`` writes, defined
+    on first use, never inlined, with internal linkage (nothing exported, each cached kernel its own copy).
+
+    The function's name gets its argument types, so each variant (float32, float64) has its own; one
+    ``name`` must always come with one ``body``. For vector code too long to sit in a kernel's row loop:
+    the heads' softmax written into the loop slowed the loop's other path too, where it never ran (one
+    head: the forward kernel 1.025x, the target pass 1.2x the time on Cora's graph), while a call to a
+    Numba function would count the references of its arrays.
+    """
+    module = builder.module
+    fnty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
+    full_name = name + "." + ".".join(str(t).replace(" ", "") for t in fnty.args)
+    fn = module.globals.get(full_name)
+    if fn is None:
+        fn = ir.Function(module, fnty, full_name)
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        fb = ir.IRBuilder(fn.append_basic_block("entry"))
+        body(fb, list(fn.args))
+        fb.ret_void()
+    elif fn.function_type != fnty:
+        raise TypeError(f"{full_name} exists with another signature")
+    builder.call(fn, args)
 
 
 def arrays_ok(arrays, ndims):

@@ -1,33 +1,40 @@
-"""The forward kernels' row softmax for several float32 heads, as vector code.
+"""A row's softmax and its backward for several heads, as vector code over the heads.
 
 A row's softmax written as loops (each head: the maximum, the
 exponentials and their sum, the division) spent most of its time on the
 loops themselves and on the C library's ``expf``: on Cora's graph (4.9
-edges a row) it took 8.7 ns per weight at 8 heads as at one, 0.93 of the
-forward kernel's 1.05 ms at 8 heads x 8 channels (one thread, Intel Xeon),
-of which ``expf`` was 0.34 ms. :func:`softmax_row` runs the loops over a
-row's edges once per 8 heads instead, the heads in the lanes of a vector
-(the last ``H mod 8`` in a vector of that width), with the exponential of
-:func:`vector_exp_f32`. Each head gets the loops' operations in the loops'
-order: the maximum over the edges in order, the shifted scores'
-exponentials, their sum in edge order and one division. The forward kernel
-took 0.63-0.70x the time at 8 heads x 8 channels and 16 x 4, 0.76-0.80x at
-4 x 16, 0.93x at 3 x 17 and 1.0x at 2 x 32 (Cora's graph, one thread,
-Intel Xeon, both kernels alternating in one process).
+edges a row) it took 8.7 ns per weight at 8 heads as at one. At 8 heads x
+8 channels (one thread, Intel Xeon) a kernel of the softmax alone took 0.93
+ms and the whole forward kernel 1.05 ms (its parts overlap), and leaving
+out ``expf`` saved 0.34 ms. :func:`softmax_row` runs the loops over a
+row's edges once per 8 float32 heads instead, the heads in the lanes of a
+vector (the last ``H mod 8`` in a vector of that width), with the
+exponential of :func:`vector_exp_f32`. Each head gets the loops'
+operations in the loops' order: the maximum over the edges in order, the
+shifted scores' exponentials, their sum in edge order and one division.
+The forward kernel took 0.63-0.70x the time at 8 heads x 8 channels and 16
+x 4, 0.76-0.80x at 4 x 16, 0.93x at 3 x 17 and 1.0x at 2 x 32 (Cora's
+graph, one thread, Intel Xeon, both kernels alternating in one process);
+with ``head_sums.py`` as well, 0.52x at 8 x 8 (1.09 -> 0.57 ms) and 0.70x
+at 4 x 16. :func:`row_deltas` does the softmax's backward (``δ`` from
+``A``) the same way, in float32 and float64 (no exponential there): the
+target pass took 0.75x the time at 8 x 8 and 0.84x at 4 x 16.
 
 The exponential is ``elu.exp_f32`` written as vector operations: the same
 IEEE operations in the same order, so the same bits (a correctly rounded
 float32 ``exp`` but where the exact value lies within about 2⁻⁵³ of a
 rounding boundary; ``tests/test_softmax.py`` sweeps every negative float32),
 on every machine, where the C library's ``expf`` misrounded 5 of 13,516
-weights.
+weights. A change to one of the two must go to the other.
 
-One head and float64 are left to the kernels' loops (:func:`softmax_row`
-returns False), with the C library's ``exp``: with one head the lanes would
-have to be edges, and one row's chain of dependent vector operations (the
-maximum, the exponential, the sum in edge order) took longer than the loops,
-whose exponentials of successive edges overlap (1.27-1.40x the forward
-kernel's time at 1 x 32 and 1 x 64, Cora's graph).
+The softmax of one head, and of float64, is left to the kernels' loops
+(:func:`softmax_row` returns False), with the C library's ``exp``: with one
+head the lanes would have to be edges, and one row's chain of dependent
+vector operations (the maximum, the exponential, the sum in edge order)
+took longer than the loops, whose exponentials of successive edges overlap
+(1.27-1.40x the forward kernel's time at 1 x 32 and 1 x 64, Cora's graph).
+
+The vector code sits in LLVM functions of its own (``ir_parts.outlined``).
 """
 
 import struct
@@ -39,7 +46,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .elu import INV_LN2, LN2_HI, LN2_LO, LOWEST, ROUNDER
-from .ir_parts import element_pointer
+from .ir_parts import element_pointer, outlined
 from .simd import LANES
 
 _I32 = ir.IntType(32)
@@ -108,32 +115,12 @@ def softmax_row(typingctx, alpha, start, end):
             _head_groups(fb, heads, lambda h, width: _head_group(fb, rows, start, end, h, width))
 
         with builder.if_then(builder.and_(several, builder.icmp_signed(">", end, start))):
-            outlined(builder, "gatfast.softmax_heads", _row_args(builder, arr) + [heads, start, end], body)
+            outlined(
+                builder, "gatfast.softmax_heads.float32", _row_args(builder, arr) + [heads, start, end], body
+            )
         return several
 
     return sig, codegen
-
-
-def outlined(builder, name, args, body):
-    """Call ``name(*args)``, a function of this LLVM module that ``body(fb, params)`` writes (void, never
-    inlined), defined on first use; its name gets the argument types, so each variant has its own.
-
-    The heads' vector code is long; written into a kernel's row loop it slowed the loop's other path
-    too, where it never ran (one head: the forward kernel 1.025x, the target pass 1.2x the time on
-    Cora's graph), while a call to a Numba function would count the references of its arrays.
-    """
-    module = builder.module
-    fnty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
-    full_name = f"{name}.{'.'.join(str(t).replace(' ', '') for t in fnty.args)}"
-    fn = module.globals.get(full_name)
-    if fn is None:
-        fn = ir.Function(module, fnty, full_name)
-        fn.linkage = "internal"
-        fn.attributes.add("noinline")
-        fb = ir.IRBuilder(fn.append_basic_block("entry"))
-        body(fb, list(fn.args))
-        fb.ret_void()
-    builder.call(fn, args)
 
 
 def _row_args(builder, arr):
@@ -254,7 +241,12 @@ def row_deltas(typingctx, alpha, upstream, delta, start, end):
 
         with builder.if_then(several):
             row_args = sum((_row_args(builder, a) for a in (a_alpha, a_up, a_delta)), [])
-            outlined(builder, "gatfast.row_deltas_heads", row_args + [heads, start, end], body)
+            outlined(
+                builder,
+                f"gatfast.row_deltas_heads.{signature.args[0].dtype}",
+                row_args + [heads, start, end],
+                body,
+            )
         return several
 
     return sig, codegen
