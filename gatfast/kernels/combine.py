@@ -61,10 +61,10 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
     ``h`` only picks the column of ``coef`` and ``scale``; ``coef`` and
     ``scale`` are (K, H), or both 1-D (K,) for one weight per ``k``. With
     3-D rows, ``h = ir_parts.ALL_HEADS`` sums every head of row ``i``: where
-    the channels are C-contiguous and fill whole vectors, as one run of
-    ``H * C`` channels (each vector weighted by its own head's ``w_k``), so
-    the loop over ``k`` runs once per group of vectors, not once per head;
-    otherwise head by head. A
+    the channels are C-contiguous and several heads fill whole vectors, as one
+    run of ``H * C`` channels (each vector weighted by its own head's
+    ``w_k``), so the loop over ``k`` runs once per group of vectors, not
+    once per head; otherwise head by head (one head: as ``h = 0``). A
     ``scale`` of length 0 means no second factor (otherwise attention
     dropout's multipliers: ``w_k`` is the product, formed as the plain loop
     forms it). An empty range writes zeros. The vector code needs
@@ -173,7 +173,11 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
         heads = builder.extract_value(a_out.shape, 1)
         row_head, width, head_of, _ = head_span(builder, h_arg, heads, channels)
         every = builder.icmp_signed("<", h_arg, ir.Constant(intp, 0))
-        fused = builder.and_(every, builder.icmp_signed(">", width, ir.Constant(intp, 0)))
+        # one head goes by its index: fused, its weight would be loaded once per vector, not per group
+        several = builder.icmp_signed(">", heads, one)
+        fused = builder.and_(
+            builder.and_(every, several), builder.icmp_signed(">", width, ir.Constant(intp, 0))
+        )
         if not contiguous:
             fused = ir.Constant(ir.IntType(1), 0)
         with builder.if_else(fused) as (all_at_once, by_head):

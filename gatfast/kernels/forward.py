@@ -121,12 +121,8 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
                     alpha[e, h] = score
         if not softmax_row(alpha, start, end):  # float32: vector code (softmax.py)
             _row_softmax(alpha, start, end, heads, zero, one)
-        # out[i, h] = sum_e a_ij (* m_ij) xl[j, h], the sums in registers (combine.py)
-        if heads_at_once(heads, channels):
-            combine_rows(out, i, ALL_HEADS, xl, indices, alpha, edge_scale, start, end)
-        else:
-            for h in range(heads):
-                combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
+        # out[i, h] = sum_e a_ij (* m_ij) xl[j, h] for every head, the sums in registers (combine.py)
+        combine_rows(out, i, ALL_HEADS, xl, indices, alpha, edge_scale, start, end)
         if finish:  # written here, not in a helper (see the module docstring)
             for h in range(heads):
                 for c in range(channels):
@@ -180,11 +176,7 @@ def gatv2_forward_edge_rows(
                     alpha[e, h] = score
         if not softmax_row(alpha, start, end):  # float32: vector code (softmax.py)
             _row_softmax(alpha, start, end, heads, zero, one)
-        if heads_at_once(heads, channels):
-            combine_rows(out, i, ALL_HEADS, xl, indices, alpha, edge_scale, start, end)
-        else:
-            for h in range(heads):
-                combine_rows(out, i, h, xl, indices, alpha, edge_scale, start, end)
+        combine_rows(out, i, ALL_HEADS, xl, indices, alpha, edge_scale, start, end)
         if finish:
             for h in range(heads):
                 for c in range(channels):

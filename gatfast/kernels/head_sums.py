@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ir_parts import all_contiguous, element_pointer
+from .ir_parts import all_contiguous, element_pointer, head_groups
 from .simd import LANES, load_vector, row_pointer, splat
 
 _I32 = ir.IntType(32)
@@ -91,20 +91,7 @@ def _all_heads(builder, heads, channels, fty, out, e, lanes):
         builder.store(part, target, align=1)
 
     with builder.if_then(whole):
-        full = builder.udiv(heads, eight)
-        with cgutils.for_range(builder, full) as loop:
-            group(builder.mul(loop.index, eight), LANES)
-        rest = builder.urem(heads, eight)
-        first = builder.mul(full, eight)
-        done = builder.append_basic_block("heads.sums.done")
-        switch = builder.switch(rest, done)
-        for count in range(1, LANES):
-            block = builder.append_basic_block(f"heads.sums.{count}")
-            switch.add_case(ir.Constant(intp, count), block)
-            builder.position_at_end(block)
-            group(first, count)
-            builder.branch(done)
-        builder.position_at_end(done)
+        head_groups(builder, heads, group)
     return whole
 
 

@@ -46,8 +46,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .elu import INV_LN2, LN2_HI, LN2_LO, LOWEST, ROUNDER
-from .ir_parts import element_pointer, outlined
-from .simd import LANES
+from .ir_parts import element_pointer, head_groups, outlined
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -112,7 +111,7 @@ def softmax_row(typingctx, alpha, start, end):
 
         def body(fb, params):
             rows, heads, start, end = _rows(fb, params[:3]), params[3], params[4], params[5]
-            _head_groups(fb, heads, lambda h, width: _head_group(fb, rows, start, end, h, width))
+            head_groups(fb, heads, lambda h, width: _head_group(fb, rows, start, end, h, width))
 
         with builder.if_then(builder.and_(several, builder.icmp_signed(">", end, start))):
             outlined(
@@ -133,27 +132,6 @@ def _rows(fb, params):
     data, s0, s1 = params
     strides = fb.insert_value(fb.insert_value(ir.Constant(ir.ArrayType(s0.type, 2), None), s0, 0), s1, 1)
     return SimpleNamespace(data=data, strides=strides)
-
-
-def _head_groups(builder, heads, group):
-    """``group(h, width)`` for the heads ``[h, h + width)``: 8 at a time, then the last ``H mod 8`` as
-    one vector of that width (one code path per width). Plain loads and stores of exactly the heads:
-    masked ones of 8 lanes overlapped the next edge's and stalled (2 heads took 1.9x the loops' time)."""
-    intp = heads.type
-    full = builder.udiv(heads, ir.Constant(intp, LANES))
-    with cgutils.for_range(builder, full) as loop:
-        group(builder.mul(loop.index, ir.Constant(intp, LANES)), LANES)
-    rest = builder.urem(heads, ir.Constant(intp, LANES))
-    first = builder.mul(full, ir.Constant(intp, LANES))
-    done = builder.append_basic_block("heads.rest.done")
-    switch = builder.switch(rest, done)
-    for width in range(1, LANES):
-        block = builder.append_basic_block(f"heads.rest.{width}")
-        switch.add_case(ir.Constant(intp, width), block)
-        builder.position_at_end(block)
-        group(first, width)
-        builder.branch(done)
-    builder.position_at_end(done)
 
 
 def _head_rows(builder, arr, h, width):
@@ -237,7 +215,7 @@ def row_deltas(typingctx, alpha, upstream, delta, start, end):
                 with cgutils.for_range_slice(fb, start, end, one, start.type) as (e, _):
                     store_d(fb.fmul(load_a(e), fb.fsub(load_u(e), mean_a)), e)
 
-            _head_groups(fb, heads, group)
+            head_groups(fb, heads, group)
 
         with builder.if_then(several):
             row_args = sum((_row_args(builder, a) for a in (a_alpha, a_up, a_delta)), [])
