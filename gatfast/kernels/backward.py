@@ -30,7 +30,7 @@ from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
 from .edge_sums import source_row_sums, target_row_sums
-from .ir_parts import ALL_HEADS, heads_at_once
+from .ir_parts import ALL_HEADS
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
 from .softmax import row_deltas
@@ -144,12 +144,9 @@ def gatv2_backward_target_blocks(
             # ∂a partials and the Θ_R term; xl[j] is still in cache. LeakyReLU: the channels in
             # whole vectors with the sums in registers (see edge_sums.py), the rest in the loop below
             first = 0
-            if leaky and heads_at_once(heads, channels):  # every head at once (edge_sums.py)
+            if leaky:  # every head (ir_parts.for_heads)
                 first = target_row_sums(p_out, att_part, b, i, ALL_HEADS, xl, xr, att, indices, delta, start, end,
                                         slope)
-            elif leaky:
-                for h in range(heads):
-                    first = target_row_sums(p_out, att_part, b, i, h, xl, xr, att, indices, delta, start, end, slope)
             if first == channels:
                 continue
             for h in range(heads):
@@ -217,13 +214,9 @@ def gatv2_backward_source_rows(
         # LeakyReLU: the channels in whole vectors with the sums in registers (see edge_sums.py), the
         # rest in the loop below
         first = 0
-        if leaky and heads_at_once(heads, channels):  # every head at once (edge_sums.py)
+        if leaky:  # every head (ir_parts.for_heads)
             first = source_row_sums(q_out, j, ALL_HEADS, xl, xr, att, grad, src_edges, src_targets, alpha, delta,
                                     edge_scale, lo, hi, slope)
-        elif leaky:
-            for h in range(heads):
-                first = source_row_sums(q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta,
-                                        edge_scale, lo, hi, slope)
         if first == channels:
             continue
         for h in range(heads):

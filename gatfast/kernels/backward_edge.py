@@ -16,7 +16,7 @@ from .backward import check_bias_part, upstream_delta
 from .edge import edge_z
 from .edge_sums import source_edge_row_sums
 from .edge_terms import attribute_grads, target_edge_terms
-from .ir_parts import ALL_HEADS, heads_at_once
+from .ir_parts import ALL_HEADS
 from .prefetch import prefetch_row
 from .simd import dot3
 
@@ -216,17 +216,11 @@ def gatv2_backward_source_edge_rows(
                     prefetch_row(edge_scale, e, edge_bytes)
         # LeakyReLU: the channels in whole vectors in registers (see edge_sums.py)
         first = 0
-        if leaky and heads_at_once(heads, channels):  # every head at once (edge_sums.py)
+        if leaky:  # every head (ir_parts.for_heads)
             first = source_edge_row_sums(
                 q_out, j, ALL_HEADS, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT,
                 lo, hi, slope,
             )  # fmt: skip
-        elif leaky:
-            for h in range(heads):
-                first = source_edge_row_sums(
-                    q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, u, weT,
-                    lo, hi, slope,
-                )  # fmt: skip
         if first == channels:
             continue
         for h in range(heads):

@@ -25,7 +25,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ir_parts import element_pointer, head_span, store_vector, times_scale, vector_groups
+from .ir_parts import element_pointer, for_heads, store_vector, times_scale, vector_groups
 from .simd import LANES, load_vector, row_pointer, splat
 
 GROUP = 4  # vectors summed at once: 4 sums (8 float64 registers on AVX2) plus a row and a weight
@@ -149,52 +149,30 @@ def combine_rows(typingctx, out, i, h, src, idx, coef, scale, lo, hi):
                         x = builder.load(channel(ps, a_src, loop.index))
                         builder.store(builder.fadd(builder.load(p), builder.fmul(w, x)), p)
 
-        def one_head(h):
-            po = _row_start(builder, a_out, ndim, i, h)
+        def head_run(row_head, width, head_of, fused):
+            """The channels ``[0, width)`` of row ``i`` from head ``row_head`` (``ir_parts.for_heads``)."""
+            po = _row_start(builder, a_out, ndim, i, row_head)
             if not contiguous:
-                plain_order(po, h, ir.Constant(intp, 0))
+                plain_order(po, row_head, ir.Constant(intp, 0))
                 return
             first = vector_groups(
                 builder,
                 intp,
-                channels,
+                width,
                 GROUP,
-                lambda base, count: sum_vectors(po, base, count, lambda _: h, h),
+                lambda base, count: sum_vectors(po, base, count, head_of, row_head),
             )
-            plain_order(po, h, first)  # the last C mod 8
+            if not fused:  # fused runs are whole vectors
+                plain_order(po, row_head, first)  # the last C mod 8
 
         if ndim == 2:  # h picks the weights' column; ALL_HEADS (one head of rows) is column 0
-            one_head(
-                builder.select(
-                    builder.icmp_signed("<", h_arg, ir.Constant(intp, 0)), ir.Constant(intp, 0), h_arg
-                )
+            h = builder.select(
+                builder.icmp_signed("<", h_arg, ir.Constant(intp, 0)), ir.Constant(intp, 0), h_arg
             )
-            return context.get_dummy_value()
-        heads = builder.extract_value(a_out.shape, 1)
-        row_head, width, head_of, _ = head_span(builder, h_arg, heads, channels)
-        every = builder.icmp_signed("<", h_arg, ir.Constant(intp, 0))
-        # one head goes by its index: fused, its weight would be loaded once per vector, not per group
-        several = builder.icmp_signed(">", heads, one)
-        fused = builder.and_(
-            builder.and_(every, several), builder.icmp_signed(">", width, ir.Constant(intp, 0))
-        )
-        if not contiguous:
-            fused = ir.Constant(ir.IntType(1), 0)
-        with builder.if_else(fused) as (all_at_once, by_head):
-            with all_at_once:
-                po = _row_start(builder, a_out, ndim, i, row_head)
-                vector_groups(
-                    builder,
-                    intp,
-                    width,
-                    GROUP,
-                    lambda base, count: sum_vectors(po, base, count, head_of, row_head),
-                )
-            with by_head:  # one head, or every head in turn where C is not a multiple of 8
-                first_head = builder.select(every, ir.Constant(intp, 0), h_arg)
-                last_head = builder.select(every, heads, builder.add(h_arg, one))
-                with cgutils.for_range_slice(builder, first_head, last_head, one, intp) as (head, _):
-                    one_head(head)
+            head_run(h, channels, lambda _offset: h, False)
+        else:
+            heads = builder.extract_value(a_out.shape, 1)
+            for_heads(builder, h_arg, heads, channels, head_run, fusable=contiguous)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -18,11 +18,11 @@ process) the source pass went from 294 to 125 ns per edge and the target
 pass from 137 to 104; at 1 x 32 on batches of small graphs 50 -> 32 and
 64 -> 51.
 
-With several heads whose channels fill whole vectors the kernels pass
-``ir_parts.ALL_HEADS``: the intrinsics then run over a row's ``H * C``
-channels as one (see ``ir_parts.head_span``), each vector reading its own
-head's ``δ`` and ``α``, so that a row's edges are walked once per group of
-vectors rather than once per head. With Cora's 8 heads x 8 channels (one
+The kernels pass ``ir_parts.ALL_HEADS`` and each intrinsic walks the
+row's heads itself (``ir_parts.for_heads``): several heads whose channels
+fill whole vectors as one run of ``H * C`` channels, each vector reading its
+own head's ``δ`` and ``α``, so that a row's edges are walked once per group
+of vectors rather than once per head; other shapes head by head. With Cora's 8 heads x 8 channels (one
 thread, Intel Xeon, old and new trees alternating) the source pass went from
 0.57 to 0.40 ms and the target pass from 1.05 to 0.96 ms.
 
@@ -42,12 +42,13 @@ from .ir_parts import (
     all_contiguous,
     arrays_ok,
     element_pointer,
-    head_span,
+    for_heads,
     leaky_setup,
     load_index,
     store_vector,
     times_scale,
     vector_groups,
+    whole_vector_channels,
 )
 from .simd import LANES, add_edge_terms, load_vector, row_pointer, splat
 
@@ -63,10 +64,9 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
     else slope z)`` and ``p_out[i, h, c] = (Σ_e δ_e (1 if z > 0 else
     slope)) * att[h, c]``, with ``z = xr[i, h, c] + xl[j_e, h, c]``, ``j_e =
     indices[e]`` and ``δ_e = delta[e, h]`` over ``e`` in ``[lo, hi)``.
-    Returns the first channel not done (0 for arrays that are not C-contiguous).
-    ``h = ir_parts.ALL_HEADS``: every head, each vector with its own head's
-    ``δ``; returns ``C`` where the channels fill whole vectors, else 0
-    (nothing done; see ``ir_parts.head_span``).
+    ``h = ir_parts.ALL_HEADS``: every head (``ir_parts.for_heads``).
+    Returns the first channel of each head not done, ``C - C mod 8`` (0
+    for arrays that are not C-contiguous).
     """
     arrays = (p_out, att_part, xl, xr, att, indices, delta)
     if not arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
@@ -111,42 +111,49 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
         vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         heads = builder.extract_value(arr["p_out"].shape, 1)
         channels = builder.extract_value(arr["p_out"].shape, 2)
-        h, width, head_of, done = head_span(builder, a["h"], heads, channels)
-        p_row = row_pointer(builder, arr["p_out"], a["i"], h)
-        part_row = row_pointer(builder, arr["att_part"], a["b"], h)
-        r_row = row_pointer(builder, arr["xr"], a["i"], h)
-        att_row = element_pointer(builder, arr["att"], [h, ir.Constant(intp, 0)])
 
-        def vectors(base, count):
-            offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
-            heads_v = [head_of(off) for off in offsets]
-            parts = [
-                cgutils.alloca_once_value(builder, load_vector(builder, part_row, off, vec_ty))
-                for off in offsets
-            ]
-            ps = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
-            rs = [load_vector(builder, r_row, off, vec_ty) for off in offsets]
-            with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (e, _):
-                j = load_index(context, builder, arr["indices"], signature.args[8], e)
-                l_row = row_pointer(builder, arr["xl"], j, h)
-                for part, p, r, off, hv in zip(parts, ps, rs, offsets, heads_v):
-                    dl = splat(builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty)
-                    z = builder.fadd(r, load_vector(builder, l_row, off, vec_ty))
-                    positive = builder.fcmp_ordered(">", z, zero_v)
-                    act = builder.select(positive, z, builder.fmul(slope_v, z))
-                    builder.store(builder.fadd(builder.load(part), builder.fmul(dl, act)), part)
-                    grad_act = builder.select(positive, one_v, slope_v)
-                    builder.store(builder.fadd(builder.load(p), builder.fmul(dl, grad_act)), p)
-            for part, p, off in zip(parts, ps, offsets):
-                store_vector(builder, part_row, off, builder.load(part))
-                store_vector(
-                    builder,
-                    p_row,
-                    off,
-                    builder.fmul(builder.load(p), load_vector(builder, att_row, off, vec_ty)),
-                )
+        def head_run(h, width, head_of, _fused):
+            """The channels ``[0, width)`` of row ``i`` from head ``h`` (``ir_parts.for_heads``)."""
+            p_row = row_pointer(builder, arr["p_out"], a["i"], h)
+            part_row = row_pointer(builder, arr["att_part"], a["b"], h)
+            r_row = row_pointer(builder, arr["xr"], a["i"], h)
+            att_row = element_pointer(builder, arr["att"], [h, ir.Constant(intp, 0)])
 
-        return done(vector_groups(builder, intp, width, TARGET_GROUP, vectors))
+            def vectors(base, count):
+                offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
+                heads_v = [head_of(off) for off in offsets]
+                parts = [
+                    cgutils.alloca_once_value(builder, load_vector(builder, part_row, off, vec_ty))
+                    for off in offsets
+                ]
+                ps = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
+                rs = [load_vector(builder, r_row, off, vec_ty) for off in offsets]
+                with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (e, _):
+                    j = load_index(context, builder, arr["indices"], signature.args[8], e)
+                    l_row = row_pointer(builder, arr["xl"], j, h)
+                    for part, p, r, off, hv in zip(parts, ps, rs, offsets, heads_v):
+                        dl = splat(
+                            builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty
+                        )
+                        z = builder.fadd(r, load_vector(builder, l_row, off, vec_ty))
+                        positive = builder.fcmp_ordered(">", z, zero_v)
+                        act = builder.select(positive, z, builder.fmul(slope_v, z))
+                        builder.store(builder.fadd(builder.load(part), builder.fmul(dl, act)), part)
+                        grad_act = builder.select(positive, one_v, slope_v)
+                        builder.store(builder.fadd(builder.load(p), builder.fmul(dl, grad_act)), p)
+                for part, p, off in zip(parts, ps, offsets):
+                    store_vector(builder, part_row, off, builder.load(part))
+                    store_vector(
+                        builder,
+                        p_row,
+                        off,
+                        builder.fmul(builder.load(p), load_vector(builder, att_row, off, vec_ty)),
+                    )
+
+            vector_groups(builder, intp, width, TARGET_GROUP, vectors)
+
+        for_heads(builder, a["h"], heads, channels, head_run)
+        return whole_vector_channels(builder, channels)
 
     return sig, codegen
 
@@ -179,60 +186,69 @@ def _source_codegen(vectorised, with_edges):
         fty, vec_ty, zero_v, one_v, slope_v = v.fty, v.vec, v.zero, v.one, v.slope
         heads = builder.extract_value(arr["q_out"].shape, 1)
         channels = builder.extract_value(arr["q_out"].shape, 2)
-        h, width, head_of, done = head_span(builder, a["h"], heads, channels)
-        q_row = row_pointer(builder, arr["q_out"], a["j"], h)
-        l_row = row_pointer(builder, arr["xl"], a["j"], h)
-        att_row = element_pointer(builder, arr["att"], [h, ir.Constant(intp, 0)])
         has_scale = builder.icmp_signed(
             ">", builder.extract_value(arr["edge_scale"].shape, 0), ir.Constant(intp, 0)
         )
         unit = cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0))
 
-        def pre_activations(e, i, ls, offsets, heads_v):
-            """``z`` per vector: ``xr[i] + xl[j]``, then ``+ weT[h, d] u[e, d]`` for d = 0, 1, ..."""
-            r_row = row_pointer(builder, arr["xr"], i, h)
-            zs = [builder.fadd(load_vector(builder, r_row, off, vec_ty), l) for l, off in zip(ls, offsets)]
-            if not with_edges:
-                return zs
-            # weT is (H, D, C): each vector's weights at its own head, at its offset within that head
-            in_head = [
-                builder.sub(off, builder.mul(builder.sub(hv, h), channels))
-                for off, hv in zip(offsets, heads_v)
-            ]
-            return add_edge_terms(builder, arr["u"], arr["weT"], e, heads_v, zs, in_head, vec_ty)
+        def head_run(h, width, head_of, _fused):
+            """The channels ``[0, width)`` of source ``j`` from head ``h`` (``ir_parts.for_heads``)."""
+            q_row = row_pointer(builder, arr["q_out"], a["j"], h)
+            l_row = row_pointer(builder, arr["xl"], a["j"], h)
+            att_row = element_pointer(builder, arr["att"], [h, ir.Constant(intp, 0)])
 
-        def vectors(base, count):
-            offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
-            heads_v = [head_of(off) for off in offsets]
-            sums = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
-            ls = [load_vector(builder, l_row, off, vec_ty) for off in offsets]
-            atts = [load_vector(builder, att_row, off, vec_ty) for off in offsets]
-            with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (p, _):
-                e = load_index(context, builder, arr["src_edges"], signature.args[7], p)
-                i = load_index(context, builder, arr["src_targets"], signature.args[8], p)
-                dls, wvs = [], []
-                for hv in heads_v:
-                    dls.append(
-                        splat(builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty)
-                    )
-                    w = builder.load(element_pointer(builder, arr["alpha"], [e, hv]))
-                    w = times_scale(
-                        builder, w, has_scale, element_pointer(builder, arr["edge_scale"], [e, hv]), unit
-                    )
-                    wvs.append(splat(builder, w, vec_ty))
-                g_row = row_pointer(builder, arr["grad"], i, h)
-                zs = pre_activations(e, i, ls, offsets, heads_v)
-                for s, z, at, off, dl, wv in zip(sums, zs, atts, offsets, dls, wvs):
-                    slope_or_one = builder.select(builder.fcmp_ordered(">", z, zero_v), one_v, slope_v)
-                    term = builder.fadd(
-                        builder.fmul(builder.fmul(dl, at), slope_or_one),
-                        builder.fmul(wv, load_vector(builder, g_row, off, vec_ty)),
-                    )
-                    builder.store(builder.fadd(builder.load(s), term), s)
-            for s, off in zip(sums, offsets):
-                store_vector(builder, q_row, off, builder.load(s))
+            def pre_activations(e, i, ls, offsets, heads_v):
+                """``z`` per vector: ``xr[i] + xl[j]``, then ``+ weT[h, d] u[e, d]`` for d = 0, 1, ..."""
+                r_row = row_pointer(builder, arr["xr"], i, h)
+                zs = [
+                    builder.fadd(load_vector(builder, r_row, off, vec_ty), l) for l, off in zip(ls, offsets)
+                ]
+                if not with_edges:
+                    return zs
+                # weT is (H, D, C): each vector's weights at its own head, at its offset within that head
+                in_head = [
+                    builder.sub(off, builder.mul(builder.sub(hv, h), channels))
+                    for off, hv in zip(offsets, heads_v)
+                ]
+                return add_edge_terms(builder, arr["u"], arr["weT"], e, heads_v, zs, in_head, vec_ty)
 
-        return done(vector_groups(builder, intp, width, SOURCE_GROUP, vectors))
+            def vectors(base, count):
+                offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
+                heads_v = [head_of(off) for off in offsets]
+                sums = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
+                ls = [load_vector(builder, l_row, off, vec_ty) for off in offsets]
+                atts = [load_vector(builder, att_row, off, vec_ty) for off in offsets]
+                with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (p, _):
+                    e = load_index(context, builder, arr["src_edges"], signature.args[7], p)
+                    i = load_index(context, builder, arr["src_targets"], signature.args[8], p)
+                    dls, wvs = [], []
+                    for hv in heads_v:
+                        dls.append(
+                            splat(
+                                builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty
+                            )
+                        )
+                        w = builder.load(element_pointer(builder, arr["alpha"], [e, hv]))
+                        w = times_scale(
+                            builder, w, has_scale, element_pointer(builder, arr["edge_scale"], [e, hv]), unit
+                        )
+                        wvs.append(splat(builder, w, vec_ty))
+                    g_row = row_pointer(builder, arr["grad"], i, h)
+                    zs = pre_activations(e, i, ls, offsets, heads_v)
+                    for s, z, at, off, dl, wv in zip(sums, zs, atts, offsets, dls, wvs):
+                        slope_or_one = builder.select(builder.fcmp_ordered(">", z, zero_v), one_v, slope_v)
+                        term = builder.fadd(
+                            builder.fmul(builder.fmul(dl, at), slope_or_one),
+                            builder.fmul(wv, load_vector(builder, g_row, off, vec_ty)),
+                        )
+                        builder.store(builder.fadd(builder.load(s), term), s)
+                for s, off in zip(sums, offsets):
+                    store_vector(builder, q_row, off, builder.load(s))
+
+            vector_groups(builder, intp, width, SOURCE_GROUP, vectors)
+
+        for_heads(builder, a["h"], heads, channels, head_run)
+        return whole_vector_channels(builder, channels)
 
     return codegen
 
@@ -257,11 +273,10 @@ def source_row_sums(
     w_e grad[i, h, c])`` over ``p`` in ``[lo, hi)``, with ``e =
     src_edges[p]``, ``i = src_targets[p]``, ``δ_e = delta[e, h]``, ``w_e =
     alpha[e, h]`` (times ``edge_scale[e, h]`` when it is not empty) and ``s =
-    1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``. Returns the first
-    channel not done (0 for arrays that are not C-contiguous).
-    ``h = ir_parts.ALL_HEADS``: every head, each vector with its own head's
-    ``δ`` and ``α``; returns ``C`` where the channels fill whole vectors,
-    else 0 (nothing done; see ``ir_parts.head_span``).
+    1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``.
+    ``h = ir_parts.ALL_HEADS``: every head (``ir_parts.for_heads``).
+    Returns the first channel of each head not done, ``C - C mod 8`` (0
+    for arrays that are not C-contiguous).
     """
     head = _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
     if head is None:

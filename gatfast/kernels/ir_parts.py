@@ -16,19 +16,15 @@ from numba.core import cgutils
 
 from .simd import LANES, element_pointer, splat
 
-#: The head argument that asks an intrinsic of ``combine.py`` or ``edge_sums.py`` for every head at
-#: once (see :func:`head_span`).
+#: The head argument that asks an intrinsic of ``combine.py`` or ``edge_sums.py`` for every head of a
+#: row (see :func:`for_heads`).
 ALL_HEADS = -1
 
 
 @njit(inline="always", cache=True)
 def heads_at_once(heads, channels):
-    """Whether the kernels pass :data:`ALL_HEADS`: several heads whose channels fill whole vectors.
-
-    One head goes by its index: with ``ALL_HEADS`` the intrinsics load a
-    vector's per-head scalars once per vector, not once per group of vectors
-    (the one-head source pass at 32 channels took 1.18x the time, Cora's graph).
-    """
+    """Whether several heads fill whole vectors: the intrinsics then take every head of a row in one walk
+    (:func:`for_heads`, which tests the same in IR; the forward kernel's scores, ``head_sums.py``, here)."""
     return heads > 1 and channels % LANES == 0
 
 
@@ -68,37 +64,58 @@ def vector_groups(builder, intp, channels, group, body):
     return builder.mul(vectors, lanes)
 
 
-def head_span(builder, h, heads, channels):
-    """``(row_head, width, head_of, done)`` for an intrinsic's head argument ``h``: which channels it does.
+def for_heads(builder, h, heads, channels, body, fusable=True):
+    """Emit an intrinsic's code for its head argument ``h``: ``body(row_head, width, head_of, fused)``.
 
-    ``h >= 0``: head ``h``'s ``C`` channels; the vectors start at the rows'
-    head ``h``. ``h == ALL_HEADS``: all ``H * C`` channels of a row as one
-    (a C-contiguous ``(H, C)`` row is one run), where ``C`` is a multiple of
-    8, so that each vector lies in one head: the rows start at head 0 and
-    ``head_of(offset)`` is the head of the vector at that offset, for the
-    per-head scalars (``δ``, ``α``). With ``C`` not a multiple of 8 nothing
-    is done and ``done`` is 0 (the kernels' plain loops then do every
-    channel); else ``done`` is ``C``, the first channel of each head left
-    over. Each channel's sum is the same sequence of operations either way:
-    with 8 heads of 8 channels (Cora's layer) the edge loop runs once per
-    group of vectors (4 heads in ``combine.py`` and the source pass, 2 in the
-    target pass) instead of once per head.
+    ``body`` emits the code for the channels ``[0, width)`` of a row, from
+    its head ``row_head``, each vector's per-head scalars (``δ``, ``α``, the
+    weights) read at head ``head_of(offset)``; ``fused`` (a Python bool)
+    says which of the two calls below it is in.
+
+    - ``h >= 0``: head ``h``'s ``C`` channels (``fused`` False).
+    - ``h == ALL_HEADS`` with several heads whose channels fill whole
+      vectors (:func:`heads_at_once`), where ``fusable``: all ``H * C``
+      channels of a row as one run from head 0 (a C-contiguous ``(H, C)``
+      row is one), each vector lying in one head, so the loop over the row's
+      edges runs once per group of vectors instead of once per head
+      (``fused`` True). With 8 heads of 8 channels (Cora's layer) that is
+      4 heads a walk in ``combine.py`` and the source pass, 2 in the target
+      pass.
+    - ``h == ALL_HEADS`` otherwise: each head in turn, as ``h >= 0``. One
+      head goes by its index: fused, its scalars would be loaded once per
+      vector instead of once per group of vectors (the source pass at 1 x 32
+      took 1.18x the time, Cora's graph).
+
+    Each channel's sum is the same sequence of operations either way, so the
+    bits do not depend on the path. The kernels pass ``ALL_HEADS`` and the
+    choice is made here, once, for every intrinsic that walks a row's heads.
     """
     intp = h.type
     zero = ir.Constant(intp, 0)
+    one = ir.Constant(intp, 1)
     every = builder.icmp_signed("<", h, zero)
+
+    def head_by_head():
+        first = builder.select(every, zero, h)
+        last = builder.select(every, heads, builder.add(h, one))
+        with cgutils.for_range_slice(builder, first, last, one, intp) as (head, _):
+            body(head, channels, lambda _offset: head, False)
+
+    if not fusable:
+        head_by_head()
+        return
     whole = builder.icmp_unsigned("==", builder.urem(channels, ir.Constant(intp, LANES)), zero)
-    row_head = builder.select(every, zero, h)
-    all_width = builder.select(whole, builder.mul(heads, channels), zero)
-    width = builder.select(every, all_width, channels)
+    fused = builder.and_(builder.and_(every, builder.icmp_signed(">", heads, one)), whole)
+    with builder.if_else(fused) as (together, apart):
+        with together:
+            body(zero, builder.mul(heads, channels), lambda offset: builder.udiv(offset, channels), True)
+        with apart:
+            head_by_head()
 
-    def head_of(offset):
-        return builder.select(every, builder.udiv(offset, channels), h)
 
-    def done(first):
-        return builder.select(every, builder.select(whole, channels, zero), first)
-
-    return row_head, width, head_of, done
+def whole_vector_channels(builder, channels):
+    """``C - C mod 8``: the first channel of each head that the intrinsics leave to the kernels' loops."""
+    return builder.sub(channels, builder.urem(channels, ir.Constant(channels.type, LANES)))
 
 
 def outlined(builder, name, args, body):
