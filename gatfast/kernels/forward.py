@@ -67,7 +67,7 @@ from numba import njit
 from .activations import LEAKY_RELU, act
 from .combine import combine_rows
 from .edge import edge_z
-from .head_sums import leaky_scores, scores_fit
+from .head_sums import edges_at_once, leaky_scores, row_scores, scores_fit
 from .ir_parts import ALL_HEADS, heads_at_once
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_edge_score, leaky_score
@@ -94,8 +94,10 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
     # the SIMD score needs contiguous channels (always true for the layer's buffers)
     simd = kind == LEAKY_RELU and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize \
         and att.strides[1] == att.itemsize
-    # every head's score at once (head_sums.py)
-    together = simd and heads_at_once(heads, channels) and scores_fit(att, xr, xl, alpha)
+    # every head's score at once, or one head's scores of a row's edges side by side (head_sums.py)
+    fit = simd and scores_fit(att, xr, xl, alpha)
+    together = fit and heads_at_once(heads, channels)
+    by_row = fit and edges_at_once(heads, channels)
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
@@ -107,7 +109,12 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             leaky_scores(att, xr, i, xl, indices[e], slope, alpha, e)
-        for e in range(start, start if together else end):
+        if by_row:  # prefetch as the edge loops do, then the row's scores
+            for e in range(start, end):
+                if e + PREFETCH_DISTANCE < nnz:
+                    prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+            row_scores(att, xr, i, xl, indices, slope, alpha, start, end)
+        for e in range(start, start if together or by_row else end):
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             j = indices[e]

@@ -144,22 +144,22 @@ def outlined(builder, name, args, body):
     builder.call(fn, args)
 
 
-def head_groups(builder, heads, group):
-    """``group(h, width)`` for the heads ``[h, h + width)``: 8 at a time, then the last ``H mod 8`` as
-    one group of that width (one code path per width, ``width`` a Python int). For code with the heads in
-    the lanes of a vector (``softmax.py``, ``head_sums.py``): plain loads and stores of exactly the heads,
-    where masked ones of 8 lanes overlapped the next edge's and stalled (2 heads took 1.9x the loops'
-    time)."""
-    intp = heads.type
-    full = builder.udiv(heads, ir.Constant(intp, LANES))
+def lane_groups(builder, count, group):
+    """``group(k, width)`` for the items ``[k, k + width)`` of ``[0, count)``: 8 at a time, then the last
+    ``count mod 8`` as one group of that width (one code path per width, ``width`` a Python int). For code
+    with heads (``softmax.py``, ``head_sums.py``) or a row's edges (``head_sums.row_scores``) in the lanes
+    of a vector: plain loads and stores of exactly those lanes, where masked ones of 8 lanes overlapped
+    the next edge's and stalled (2 heads took 1.9x the loops' time)."""
+    intp = count.type
+    full = builder.udiv(count, ir.Constant(intp, LANES))
     with cgutils.for_range(builder, full) as loop:
         group(builder.mul(loop.index, ir.Constant(intp, LANES)), LANES)
-    rest = builder.urem(heads, ir.Constant(intp, LANES))
+    rest = builder.urem(count, ir.Constant(intp, LANES))
     first = builder.mul(full, ir.Constant(intp, LANES))
-    done = builder.append_basic_block("heads.rest.done")
+    done = builder.append_basic_block("lanes.rest.done")
     switch = builder.switch(rest, done)
     for width in range(1, LANES):
-        block = builder.append_basic_block(f"heads.rest.{width}")
+        block = builder.append_basic_block(f"lanes.rest.{width}")
         switch.add_case(ir.Constant(intp, width), block)
         builder.position_at_end(block)
         group(first, width)

@@ -46,7 +46,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .elu import INV_LN2, LN2_HI, LN2_LO, LOWEST, ROUNDER
-from .ir_parts import element_pointer, head_groups, outlined
+from .ir_parts import element_pointer, lane_groups, outlined
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -111,7 +111,7 @@ def softmax_row(typingctx, alpha, start, end):
 
         def body(fb, params):
             rows, heads, start, end = _rows(fb, params[:3]), params[3], params[4], params[5]
-            head_groups(fb, heads, lambda h, width: _head_group(fb, rows, start, end, h, width))
+            lane_groups(fb, heads, lambda h, width: _head_group(fb, rows, start, end, h, width))
 
         with builder.if_then(builder.and_(several, builder.icmp_signed(">", end, start))):
             outlined(
@@ -215,7 +215,7 @@ def row_deltas(typingctx, alpha, upstream, delta, start, end):
                 with cgutils.for_range_slice(fb, start, end, one, start.type) as (e, _):
                     store_d(fb.fmul(load_a(e), fb.fsub(load_u(e), mean_a)), e)
 
-            head_groups(fb, heads, group)
+            lane_groups(fb, heads, group)
 
         with builder.if_then(several):
             row_args = sum((_row_args(builder, a) for a in (a_alpha, a_up, a_delta)), [])
