@@ -6,8 +6,8 @@ import pytest
 from numba import njit
 
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_rows
-from gatfast.kernels.head_sums import leaky_scores, row_scores, scores_fit
-from gatfast.kernels.simd import leaky_score
+from gatfast.kernels.head_sums import leaky_scores, row_dots, row_scores, scores_fit
+from gatfast.kernels.simd import dot_rows, leaky_score
 
 
 @njit
@@ -157,3 +157,41 @@ def test_row_scores_leave_strided_rows_to_the_caller():
     assert not _by_rows(att, xr, strided, indptr, indices, np.float32(0.2), out)
     assert np.isnan(out).all()
     assert _by_rows(att, xr, np.ascontiguousarray(strided), indptr, indices, np.float32(0.2), out)
+
+
+@njit
+def _dots_by_rows(grad, xl, indptr, indices, out):
+    done = True
+    for i in range(indptr.size - 1):
+        done = row_dots(grad, i, xl, indices, out, indptr[i], indptr[i + 1]) and done
+    return done
+
+
+@njit
+def _dots_edge_by_edge(grad, xl, indptr, indices, out):
+    for i in range(indptr.size - 1):
+        for e in range(indptr[i], indptr[i + 1]):
+            out[e, 0] = dot_rows(grad, i, xl, indices[e], 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [8, 16, 24, 32, 64])
+def test_a_rows_dots_side_by_side_give_each_edges_bits(dtype, channels):
+    """The target pass's ``A_ij`` of one head: ``row_dots`` against ``dot_rows`` edge by edge."""
+    _, grad, xl = _case(1, channels, dtype, channels + 1)
+    indptr, indices = _rows(channels + 1)
+    fast = np.full((indices.size, 1), np.nan, dtype)
+    want = np.full((indices.size, 1), np.nan, dtype)
+    assert _dots_by_rows(grad, xl, indptr, indices, fast)
+    _dots_edge_by_edge(grad, xl, indptr, indices, want)
+    assert not np.isnan(fast).any()
+    assert fast.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(("heads", "channels"), [(1, 7), (1, 9), (2, 8)])
+def test_row_dots_leave_other_shapes_to_the_caller(heads, channels):
+    _, grad, xl = _case(heads, channels, np.float64)
+    indptr, indices = _rows(3)
+    out = np.full((indices.size, heads), np.nan)
+    assert not _dots_by_rows(grad, xl, indptr, indices, out)
+    assert np.isnan(out).all()

@@ -30,6 +30,7 @@ from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
 from .edge_sums import source_row_sums, target_row_sums
+from .head_sums import edges_at_once, row_dots
 from .ir_parts import ALL_HEADS
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
@@ -81,7 +82,17 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
     dropout = edge_scale.shape[0] > 0
     zero = xl.dtype.type(0.0)
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize
-    for e in range(start, end):
+    # one head of whole vectors: a row's edges side by side (head_sums.py), the rows prefetched as below
+    by_row = simd and edges_at_once(heads, channels)
+    if by_row:
+        for e in range(start, end):
+            if e + PREFETCH_DISTANCE < nnz:
+                prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+        by_row = row_dots(grad, i, xl, indices, upstream, start, end)
+        if by_row and dropout:
+            for e in range(start, end):
+                upstream[e, 0] = upstream[e, 0] * edge_scale[e, 0]
+    for e in range(start, start if by_row else end):
         if e + PREFETCH_DISTANCE < nnz:
             prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
         j = indices[e]

@@ -19,13 +19,19 @@ even at one head where they never ran, and are not used.
 One head has no heads to interleave, but a row has edges:
 :func:`row_scores` runs the trees of up to 8 of a row's edges side by side
 the same way, so that each edge's chain of dependent adds no longer waits on
-the last one's, and stores their scores as one vector (``alpha[e:e + 8, 0]``).
-The forward kernel on one thread (Intel Xeon, vCPU 1, the two forms
-interleaved in one process, fastest of 20 and 10 rounds) took 3.63 against
-3.88 ms on ``small-batch``'s layer (1 x 32, 101,995 edges) and 90.9 against
-95.7 ms on ``large``'s (1 x 64, 2.2 million edges), the same bits.
+the last one's, and stores their scores as one vector (``alpha[e:e + 8, 0]``);
+:func:`row_dots` does the same for the target pass's ``A_ij``. Measured on
+one thread (Intel Xeon, the two forms interleaved in one process, fastest
+of 20-40 rounds), the same bits:
 
-Both do heads whose channels fill whole 8-lane vectors (``C mod 8 == 0``)
+- the target pass on ``small-batch``'s layer (1 x 32, 101,995 edges): 2.03
+  against 2.25 ms (vCPU 1; 2.00 against 2.22 on vCPU 0); on Cora's 8 x 8,
+  where it never runs, 0.661 against 0.656 ms;
+- the forward kernel: 3.63 against 3.88 ms on ``small-batch``'s layer and
+  90.9 against 95.7 ms on ``large``'s (1 x 64) in a slow phase of the
+  machine, but within 1.5 % either way (2.22-2.24 ms) in a fast one.
+
+All do heads whose channels fill whole 8-lane vectors (``C mod 8 == 0``)
 in C-contiguous arrays, and return False otherwise (nothing written).
 """
 
@@ -34,7 +40,15 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ir_parts import all_contiguous, element_pointer, lane_groups, load_index
+from .ir_parts import (
+    all_contiguous,
+    array_args,
+    array_from,
+    element_pointer,
+    lane_groups,
+    load_index,
+    outlined,
+)
 from .simd import LANES, load_vector, row_pointer, splat
 
 _I32 = ir.IntType(32)
@@ -178,11 +192,7 @@ def row_scores(typingctx, att, xr, i, xl, indices, slope, out, lo, hi):
     waited on this one's. Side by side the edges' chains overlap, and the
     row ``xr[i]`` and the weights are loaded once per 8 edges.
     """
-    if not _arrays_fit((att, xr, xl, out), (2, 3, 3, 2)):
-        return None
-    if not (
-        isinstance(indices, types.Array) and indices.ndim == 1 and isinstance(indices.dtype, types.Integer)
-    ):
+    if not _arrays_fit((att, xr, xl, out), (2, 3, 3, 2)) or not _index_array(indices):
         return None
     sig = types.boolean(att, xr, types.intp, xl, indices, att.dtype, out, types.intp, types.intp)
     vectorised = all_contiguous(att, xr, xl, out)
@@ -194,54 +204,120 @@ def row_scores(typingctx, att, xr, i, xl, indices, slope, out, lo, hi):
             context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 1, 3, 4, 6)
         )
         i, slope, lo, hi = args[2], args[5], args[7], args[8]
-        fty = context.get_value_type(signature.args[0].dtype)
-        vec_ty = ir.VectorType(fty, LANES)
         heads, channels = (builder.extract_value(arr_att.shape, k) for k in (0, 1))
-        intp = heads.type
-        eight = ir.Constant(intp, LANES)
-        zero = ir.Constant(intp, 0)
-        one = ir.Constant(intp, 1)
-        fits = builder.and_(
-            builder.and_(
-                builder.icmp_unsigned("==", heads, one),
-                builder.icmp_unsigned("==", builder.extract_value(arr_out.shape, 1), one),
-            ),
-            builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
+        zero = ir.Constant(heads.type, 0)
+        row = [row_pointer(builder, arr_r, i, zero), element_pointer(builder, arr_att, [zero]), slope]
+
+        def term(fb, params, vec_ty):  # simd.leaky_score's operations
+            r_row, att_row, slope = params
+            slope_v = splat(fb, slope, vec_ty)
+
+            def add(base, l):
+                z = fb.fadd(load_vector(fb, r_row, base, vec_ty), l)
+                act = fb.select(fb.fcmp_ordered(">", z, ir.Constant(vec_ty, None)), z, fb.fmul(slope_v, z))
+                return fb.fmul(load_vector(fb, att_row, base, vec_ty), act)
+
+            return add
+
+        return _edges_side_by_side(
+            context, builder, "row_scores", signature.args[4], (arr_idx, arr_l, arr_out), heads, channels,
+            (lo, hi), row, term, outline=False,
+        )  # fmt: skip
+
+    return sig, codegen
+
+
+@intrinsic
+def row_dots(typingctx, grad, i, xl, indices, out, lo, hi):
+    """``out[e, 0] = simd.dot_rows(grad, i, xl, indices[e], 0)`` for the edges ``e`` in ``[lo, hi)`` of row
+    ``i`` (the target pass's ``A_ij``), one head of whole vectors, up to 8 edges side by side as
+    :func:`row_scores`; returns whether it did (else False, nothing written)."""
+    if not _arrays_fit((grad, xl, out), (3, 3, 2)) or not _index_array(indices):
+        return None
+    sig = types.boolean(grad, types.intp, xl, indices, out, types.intp, types.intp)
+    vectorised = all_contiguous(grad, xl, out)
+
+    def codegen(context, builder, signature, args):
+        if not vectorised:
+            return ir.Constant(_BOOL, 0)
+        arr_g, arr_l, arr_idx, arr_out = (
+            context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 2, 3, 4)
         )
-        r_row = row_pointer(builder, arr_r, i, zero)
-        att_row = element_pointer(builder, arr_att, [zero])
-        slope_v = splat(builder, slope, vec_ty)
+        i, lo, hi = args[1], args[5], args[6]
+        heads, channels = (builder.extract_value(arr_g.shape, k) for k in (1, 2))
+        row = [row_pointer(builder, arr_g, i, ir.Constant(heads.type, 0))]
+
+        def term(fb, params, vec_ty):  # simd.dot_rows's operations
+            (g_row,) = params
+            return lambda base, l: fb.fmul(load_vector(fb, g_row, base, vec_ty), l)
+
+        return _edges_side_by_side(
+            context, builder, "row_dots", signature.args[3], (arr_idx, arr_l, arr_out), heads, channels,
+            (lo, hi), row, term, outline=True,
+        )  # fmt: skip
+
+    return sig, codegen
+
+
+def _index_array(indices):
+    return isinstance(indices, types.Array) and indices.ndim == 1 and isinstance(indices.dtype, types.Integer)
+
+
+def _edges_side_by_side(context, builder, name, idx_ty, arrays, heads, channels, span, row, term, outline):
+    """``out[e, 0]`` = the ``simd.hsum`` of ``0 + add(0, l) + add(8, l) + ...`` for the edges ``e`` in
+    ``span = (lo, hi)``, ``l`` the 8 channels at that offset of ``xl``'s row ``indices[e]`` and ``add =
+    term(fb, row, vec_ty)`` (``row``: the values the terms read, such as pointers to row ``i``): up to 8
+    edges side by side, their trees interleaved (:func:`hsum_heads`), one vector store per group.
+
+    ``arrays`` are ``(indices, xl, out)``. Only where there is one head (``heads``, ``out``'s columns) of
+    whole vectors; returns whether it did. ``outline``: the code is a function of its own
+    (``ir_parts.outlined``), as the target pass needs: written into its row loop, it made that pass
+    1.3-1.45x slower, at 8 heads too, where it never ran. The forward kernel takes it written in: called,
+    it cost more than it saved (one thread, ``small-batch``'s layer: 2.30 against 2.22 ms without it,
+    where written in it took 2.22-2.25).
+    """
+    arr_idx, arr_l, arr_out = arrays
+    intp = heads.type
+    eight = ir.Constant(intp, LANES)
+    zero = ir.Constant(intp, 0)
+    one = ir.Constant(intp, 1)
+    fits = builder.and_(
+        builder.and_(
+            builder.icmp_unsigned("==", heads, one),
+            builder.icmp_unsigned("==", builder.extract_value(arr_out.shape, 1), one),
+        ),
+        builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
+    )
+    vec_ty = ir.VectorType(arr_out.data.type.pointee, LANES)
+    args = array_args(builder, arr_idx) + array_args(builder, arr_l) + array_args(builder, arr_out)
+
+    def body(fb, params):
+        idx, xl, out = array_from(fb, params[0:2]), array_from(fb, params[2:6]), array_from(fb, params[6:9])
+        lo, hi, channels = params[9:12]
+        add = term(fb, params[12:], vec_ty)
 
         def group(first, width):  # the edges lo + first ... lo + first + width - 1
-            e0 = builder.add(lo, first)
+            e0 = fb.add(lo, first)
             rows = [
                 row_pointer(
-                    builder,
-                    arr_l,
-                    load_index(
-                        context, builder, arr_idx, signature.args[4], builder.add(e0, ir.Constant(intp, k))
-                    ),
-                    zero,
+                    fb, xl, load_index(context, fb, idx, idx_ty, fb.add(e0, ir.Constant(intp, k))), zero
                 )
                 for k in range(width)
             ]
-            accs = [cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in range(width)]
-            with cgutils.for_range(builder, builder.udiv(channels, eight)) as loop:
-                base = builder.mul(loop.index, eight)
-                r = load_vector(builder, r_row, base, vec_ty)
-                a = load_vector(builder, att_row, base, vec_ty)
-                for acc, l_row in zip(accs, rows):  # simd.leaky_score's operations
-                    z = builder.fadd(r, load_vector(builder, l_row, base, vec_ty))
-                    positive = builder.fcmp_ordered(">", z, ir.Constant(vec_ty, None))
-                    act = builder.select(positive, z, builder.fmul(slope_v, z))
-                    builder.store(builder.fadd(builder.load(acc), builder.fmul(a, act)), acc)
-            total = hsum_heads(builder, [builder.load(acc) for acc in accs])
-            part = total if width == LANES else _shuffle(builder, total, total, list(range(width)))
-            target = builder.bitcast(element_pointer(builder, arr_out, [e0, zero]), part.type.as_pointer())
-            builder.store(part, target, align=1)
+            accs = [cgutils.alloca_once_value(fb, ir.Constant(vec_ty, None)) for _ in range(width)]
+            with cgutils.for_range(fb, fb.udiv(channels, eight)) as loop:
+                base = fb.mul(loop.index, eight)
+                for acc, l_row in zip(accs, rows):
+                    fb.store(fb.fadd(fb.load(acc), add(base, load_vector(fb, l_row, base, vec_ty))), acc)
+            total = hsum_heads(fb, [fb.load(acc) for acc in accs])
+            part = total if width == LANES else _shuffle(fb, total, total, list(range(width)))
+            fb.store(part, fb.bitcast(element_pointer(fb, out, [e0, zero]), part.type.as_pointer()), align=1)
 
-        with builder.if_then(fits):
-            lane_groups(builder, builder.sub(hi, lo), group)
-        return fits
+        lane_groups(fb, fb.sub(hi, lo), group)
 
-    return sig, codegen
+    with builder.if_then(fits):
+        if outline:
+            outlined(builder, f"gatfast.{name}", args + [span[0], span[1], channels] + row, body)
+        else:
+            body(builder, args + [span[0], span[1], channels] + row)
+    return fits

@@ -144,6 +144,22 @@ def outlined(builder, name, args, body):
     builder.call(fn, args)
 
 
+def array_args(builder, arr):
+    """A Numba array structure as ``[data, stride 0, stride 1, ...]``: arguments for :func:`outlined`."""
+    ndim = arr.strides.type.count
+    return [arr.data] + [builder.extract_value(arr.strides, k) for k in range(ndim)]
+
+
+def array_from(fb, params):
+    """:func:`array_args` back, inside the outlined function, as what :func:`element_pointer` reads
+    (``.data``, ``.strides``)."""
+    data, strides = params[0], params[1:]
+    packed = ir.Constant(ir.ArrayType(strides[0].type, len(strides)), None)
+    for k, stride in enumerate(strides):
+        packed = fb.insert_value(packed, stride, k)
+    return SimpleNamespace(data=data, strides=packed)
+
+
 def lane_groups(builder, count, group):
     """``group(k, width)`` for the items ``[k, k + width)`` of ``[0, count)``: 8 at a time, then the last
     ``count mod 8`` as one group of that width (one code path per width, ``width`` a Python int). For code

@@ -38,7 +38,6 @@ The vector code sits in LLVM functions of its own (``ir_parts.outlined``).
 """
 
 import struct
-from types import SimpleNamespace
 
 from llvmlite import ir
 from numba import types
@@ -46,7 +45,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .elu import INV_LN2, LN2_HI, LN2_LO, LOWEST, ROUNDER
-from .ir_parts import element_pointer, lane_groups, outlined
+from .ir_parts import array_args, array_from, element_pointer, lane_groups, outlined
 
 _I32 = ir.IntType(32)
 _I64 = ir.IntType(64)
@@ -110,28 +109,16 @@ def softmax_row(typingctx, alpha, start, end):
         several = builder.icmp_signed(">", heads, ir.Constant(start.type, 1))
 
         def body(fb, params):
-            rows, heads, start, end = _rows(fb, params[:3]), params[3], params[4], params[5]
+            rows, heads, start, end = array_from(fb, params[:3]), params[3], params[4], params[5]
             lane_groups(fb, heads, lambda h, width: _head_group(fb, rows, start, end, h, width))
 
         with builder.if_then(builder.and_(several, builder.icmp_signed(">", end, start))):
             outlined(
-                builder, "gatfast.softmax_heads.float32", _row_args(builder, arr) + [heads, start, end], body
+                builder, "gatfast.softmax_heads.float32", array_args(builder, arr) + [heads, start, end], body
             )
         return several
 
     return sig, codegen
-
-
-def _row_args(builder, arr):
-    """A 2-D array as ``(data, stride 0, stride 1)``, for :func:`outlined`."""
-    return [arr.data] + [builder.extract_value(arr.strides, k) for k in (0, 1)]
-
-
-def _rows(fb, params):
-    """:func:`_row_args` back as what ``ir_parts.element_pointer`` reads (``.data``, ``.strides``)."""
-    data, s0, s1 = params
-    strides = fb.insert_value(fb.insert_value(ir.Constant(ir.ArrayType(s0.type, 2), None), s0, 0), s1, 1)
-    return SimpleNamespace(data=data, strides=strides)
 
 
 def _head_rows(builder, arr, h, width):
@@ -199,7 +186,7 @@ def row_deltas(typingctx, alpha, upstream, delta, start, end):
         several = builder.icmp_signed(">", heads, ir.Constant(start.type, 1))
 
         def body(fb, params):
-            alpha_rows, up_rows, delta_rows = (_rows(fb, params[k : k + 3]) for k in (0, 3, 6))
+            alpha_rows, up_rows, delta_rows = (array_from(fb, params[k : k + 3]) for k in (0, 3, 6))
             heads, start, end = params[9:12]
             one = ir.Constant(start.type, 1)
 
@@ -218,7 +205,7 @@ def row_deltas(typingctx, alpha, upstream, delta, start, end):
             lane_groups(fb, heads, group)
 
         with builder.if_then(several):
-            row_args = sum((_row_args(builder, a) for a in (a_alpha, a_up, a_delta)), [])
+            row_args = sum((array_args(builder, a) for a in (a_alpha, a_up, a_delta)), [])
             outlined(
                 builder,
                 f"gatfast.row_deltas_heads.{signature.args[0].dtype}",
