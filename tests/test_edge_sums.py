@@ -49,14 +49,15 @@ CASES = [(h, c) for c in (1, 7, 8, 9, 16, 17, 24, 25, 33, 40, 64) for h in (1, 3
 @pytest.mark.parametrize(("heads", "channels"), CASES)
 @pytest.mark.parametrize("dropout", [False, True])
 def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dropout):
-    """Contiguous outputs take ``target_row_sums``; strided ones make it step aside for the plain loop."""
+    """Contiguous outputs take ``target_row_sums`` (and one head's ``head_sums.row_dots``, the softmax's
+    vector backward); strided ones make them step aside for the plain loops."""
     n = 40
     indptr, indices, *_ = _graph(channels * 10 + heads, n)
     xl, xr, grad, att, alpha, edge_scale = _inputs(channels, n, indices.size, heads, channels, dtype, dropout)
     blocks = num_att_blocks(n, 16) if n > 16 else 1
     results = []
     for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
-        upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
+        upstream, delta = make((indices.size, heads)), np.empty((indices.size, heads), dtype)
         p_out, att_part = make((n, heads, channels)), make((blocks, heads, channels))
         bias_part = make((blocks, heads, channels))
         gatv2_backward_target_blocks(

@@ -104,7 +104,7 @@ def test_the_forward_kernel_scores_rows_it_cannot_read_as_vectors_head_by_head(h
 @njit
 def _by_rows(att, xr, xl, indptr, indices, slope, out):
     done = True
-    for i in range(indptr.size - 1):
+    for i in range(indptr.size - 2, -1, -1):  # last row first: a store past a row's end shows
         done = row_scores(att, xr, i, xl, indices, slope, out, indptr[i], indptr[i + 1]) and done
     return done
 
@@ -126,9 +126,11 @@ def _rows(seed):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("channels", [8, 16, 24, 32, 64])
-def test_a_rows_edges_side_by_side_give_each_edges_bits(dtype, channels):
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+def test_a_rows_edges_side_by_side_give_each_edges_bits(dtype, channels, index_dtype):
     att, xr, xl = _case(1, channels, dtype, channels)
     indptr, indices = _rows(channels)
+    indices = indices.astype(index_dtype)
     assert set(np.diff(indptr)) == set(range(27))
     slope = dtype(0.2)
     fast = np.full((indices.size, 1), np.nan, dtype)
@@ -162,7 +164,7 @@ def test_row_scores_leave_strided_rows_to_the_caller():
 @njit
 def _dots_by_rows(grad, xl, indptr, indices, out):
     done = True
-    for i in range(indptr.size - 1):
+    for i in range(indptr.size - 2, -1, -1):  # last row first: a store past a row's end shows
         done = row_dots(grad, i, xl, indices, out, indptr[i], indptr[i + 1]) and done
     return done
 
@@ -176,10 +178,12 @@ def _dots_edge_by_edge(grad, xl, indptr, indices, out):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("channels", [8, 16, 24, 32, 64])
-def test_a_rows_dots_side_by_side_give_each_edges_bits(dtype, channels):
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+def test_a_rows_dots_side_by_side_give_each_edges_bits(dtype, channels, index_dtype):
     """The target pass's ``A_ij`` of one head: ``row_dots`` against ``dot_rows`` edge by edge."""
     _, grad, xl = _case(1, channels, dtype, channels + 1)
     indptr, indices = _rows(channels + 1)
+    indices = indices.astype(index_dtype)
     fast = np.full((indices.size, 1), np.nan, dtype)
     want = np.full((indices.size, 1), np.nan, dtype)
     assert _dots_by_rows(grad, xl, indptr, indices, fast)
@@ -195,3 +199,34 @@ def test_row_dots_leave_other_shapes_to_the_caller(heads, channels):
     out = np.full((indices.size, heads), np.nan)
     assert not _dots_by_rows(grad, xl, indptr, indices, out)
     assert np.isnan(out).all()
+
+
+def test_row_dots_leave_strided_rows_to_the_caller():
+    _, grad, xl = _case(1, 16, np.float64)
+    indptr, indices = _rows(4)
+    out = np.full((indices.size, 1), np.nan)
+    strided = np.repeat(xl, 2, axis=2)[:, :, ::2]
+    assert not _dots_by_rows(grad, strided, indptr, indices, out)
+    assert np.isnan(out).all()
+    assert _dots_by_rows(grad, np.ascontiguousarray(strided), indptr, indices, out)
+
+
+@njit
+def _kept_to_rows(att, xr, xl, indptr, indices, out):
+    """``row_scores`` of each row alone, on ``out`` filled with NaN, each time: whether it wrote
+    exactly that row's scores."""
+    for i in range(indptr.size - 1):
+        out[:] = np.nan
+        if not row_scores(att, xr, i, xl, indices, xl.dtype.type(0.2), out, indptr[i], indptr[i + 1]):
+            return False
+        for e in range(out.shape[0]):
+            inside = indptr[i] <= e < indptr[i + 1]
+            if inside == np.isnan(out[e, 0]):
+                return False
+    return True
+
+
+def test_row_scores_write_only_the_rows_edges():
+    att, xr, xl = _case(1, 24, np.float32, 9)
+    indptr, indices = _rows(9)
+    assert _kept_to_rows(att, xr, xl, indptr, indices, np.empty((indices.size, 1), np.float32))

@@ -10,7 +10,9 @@ Two passes over the edges:
    ``Q_j = Σ_i (δ_ij a ⊙ s_ij + α̃_ij g_i)``.
 
 With several heads, the softmax's backward (``δ`` from ``A``) of a row runs
-as vector code over the heads (``softmax.row_deltas``, the same bits).
+as vector code over the heads (``softmax.row_deltas``, the same bits); with
+one head of whole vectors, a row's ``A_ij`` come from up to 8 edges side by
+side (``head_sums.row_dots``, the same bits).
 With LeakyReLU attention the per-row sums of both passes run in
 ``edge_sums.py`` (the sums in vector registers, the same bits) for the
 channels in whole 8-lane vectors; the loops here do the rest, every channel
@@ -30,7 +32,7 @@ from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
 from .edge_sums import source_row_sums, target_row_sums
-from .head_sums import edges_at_once, row_dots
+from .head_sums import dots_fit, edges_at_once, row_dots
 from .ir_parts import ALL_HEADS
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
@@ -83,7 +85,7 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
     zero = xl.dtype.type(0.0)
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize
     # one head of whole vectors: a row's edges side by side (head_sums.py), the rows prefetched as below
-    by_row = simd and edges_at_once(heads, channels)
+    by_row = simd and edges_at_once(heads, channels) and dots_fit(grad, xl, upstream)
     if by_row:
         for e in range(start, end):
             if e + PREFETCH_DISTANCE < nnz:

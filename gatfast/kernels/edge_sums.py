@@ -22,9 +22,10 @@ The kernels pass ``ir_parts.ALL_HEADS`` and each intrinsic walks the
 row's heads itself (``ir_parts.for_heads``): several heads whose channels
 fill whole vectors as one run of ``H * C`` channels, each vector reading its
 own head's ``δ`` and ``α``, so that a row's edges are walked once per group
-of vectors rather than once per head; other shapes head by head. With Cora's 8 heads x 8 channels (one
-thread, Intel Xeon, old and new trees alternating) the source pass went from
-0.57 to 0.40 ms and the target pass from 1.05 to 0.96 ms.
+of vectors rather than once per head; other shapes head by head. With
+Cora's 8 heads x 8 channels (one thread, Intel Xeon, old and new trees
+alternating) the source pass went from 0.57 to 0.40 ms and the target pass
+from 1.05 to 0.96 ms.
 
 Each channel's sum is the plain loop's sequence of IEEE operations (the
 same products, added in edge order, never fused), so the result is the same

@@ -44,7 +44,9 @@ refuses it.
 With several heads whose channels fill whole vectors, the kernel without
 edge features forms an edge's scores of every head at once
 (``head_sums.py``) in a loop of its own: with that call in the per-head
-loop, the one-head kernel took 1.03x the time. Both kernels run the softmax
+loop, the one-head kernel took 1.03x the time. With one head of whole
+vectors it forms a row's scores with up to 8 edges side by side
+(``head_sums.row_scores``), the same bits. Both kernels run the softmax
 of several float32 heads as vector code (``softmax.py``, with its own
 exponential) and every other as :func:`_row_softmax`, and write the
 aggregation loop in their own bodies. A helper inlined by Numba
@@ -109,12 +111,13 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             leaky_scores(att, xr, i, xl, indices[e], slope, alpha, e)
-        if by_row:  # prefetch as the edge loops do, then the row's scores
+        scored = together
+        if by_row:  # prefetch as the edge loops do, then the row's scores (head_sums.py)
             for e in range(start, end):
                 if e + PREFETCH_DISTANCE < nnz:
                     prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
-            row_scores(att, xr, i, xl, indices, slope, alpha, start, end)
-        for e in range(start, start if together or by_row else end):
+            scored = row_scores(att, xr, i, xl, indices, slope, alpha, start, end)
+        for e in range(start, start if scored else end):
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             j = indices[e]

@@ -13,8 +13,9 @@ of the tree adds the same two lanes for 8 heads at once
 operations as ``simd.leaky_score``'s, so the same bits. With the vector
 softmax, the forward kernel took 0.84x the time at 8 heads x 8 channels and
 0.93x at 4 x 16 (Cora's graph, one thread, Intel Xeon, alternating in one
-process); the same trees for ``A_ij`` in the target pass made it slower,
-even at one head where they never ran, and are not used.
+process); the same trees for several heads' ``A_ij``, written into the
+target pass, made it slower, even at one head where they never ran, and
+are not used (one head's, below, sit in a function of their own).
 
 One head has no heads to interleave, but a row has edges:
 :func:`row_scores` runs the trees of up to 8 of a row's edges side by side
@@ -29,7 +30,7 @@ of 20-40 rounds), the same bits:
   where it never runs, 0.661 against 0.656 ms;
 - the forward kernel: 3.63 against 3.88 ms on ``small-batch``'s layer and
   90.9 against 95.7 ms on ``large``'s (1 x 64) in a slow phase of the
-  machine, but within 1.5 % either way (2.22-2.24 ms) in a fast one.
+  machine, but within 1.5 % either way (2.22-2.25 ms) in a fast one.
 
 All do heads whose channels fill whole 8-lane vectors (``C mod 8 == 0``)
 in C-contiguous arrays, and return False otherwise (nothing written).
@@ -174,9 +175,23 @@ def scores_fit(typingctx, att, xr, xl, out):
 
 @njit(inline="always", cache=True)
 def edges_at_once(heads, channels):
-    """Whether :func:`row_scores` takes a row's edges side by side: one head whose channels fill whole
-    vectors (several heads go together by :func:`leaky_scores`)."""
+    """Whether :func:`row_scores` and :func:`row_dots` take a row's edges side by side: one head whose
+    channels fill whole vectors (the scores of several heads go together by :func:`leaky_scores`)."""
     return heads == 1 and channels % LANES == 0
+
+
+@intrinsic
+def dots_fit(typingctx, grad, xl, out):
+    """Whether :func:`row_dots` reads these arrays (all C-contiguous as Numba types them): a constant of
+    the compiled kernel, as :func:`scores_fit`."""
+    if not _arrays_fit((grad, xl, out), (3, 3, 2)):
+        return None
+    fits = all_contiguous(grad, xl, out)
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(_BOOL, int(fits))
+
+    return types.boolean(grad, xl, out), codegen
 
 
 @intrinsic
@@ -286,7 +301,10 @@ def _edges_side_by_side(context, builder, name, idx_ty, arrays, heads, channels,
             builder.icmp_unsigned("==", heads, one),
             builder.icmp_unsigned("==", builder.extract_value(arr_out.shape, 1), one),
         ),
-        builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
+        builder.and_(
+            builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
+            builder.icmp_signed("<=", span[0], span[1]),  # a row's count of edges is never negative
+        ),
     )
     vec_ty = ir.VectorType(arr_out.data.type.pointee, LANES)
     args = array_args(builder, arr_idx) + array_args(builder, arr_l) + array_args(builder, arr_out)
@@ -317,7 +335,10 @@ def _edges_side_by_side(context, builder, name, idx_ty, arrays, heads, channels,
 
     with builder.if_then(fits):
         if outline:
-            outlined(builder, f"gatfast.{name}", args + [span[0], span[1], channels] + row, body)
+            # the index dtype in the name: int32 and uint32 are one LLVM type, cast differently
+            outlined(
+                builder, f"gatfast.{name}.{idx_ty.dtype}", args + [span[0], span[1], channels] + row, body
+            )
         else:
             body(builder, args + [span[0], span[1], channels] + row)
     return fits
