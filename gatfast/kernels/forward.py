@@ -44,9 +44,7 @@ refuses it.
 With several heads whose channels fill whole vectors, the kernel without
 edge features forms an edge's scores of every head at once
 (``head_sums.py``) in a loop of its own: with that call in the per-head
-loop, the one-head kernel took 1.03x the time. With one head of whole
-vectors it forms a row's scores with up to 8 edges side by side
-(``head_sums.row_scores``), the same bits. Both kernels run the softmax
+loop, the one-head kernel took 1.03x the time. Both kernels run the softmax
 of several float32 heads as vector code (``softmax.py``, with its own
 exponential) and every other as :func:`_row_softmax`, and write the
 aggregation loop in their own bodies. A helper inlined by Numba
@@ -69,7 +67,7 @@ from numba import njit
 from .activations import LEAKY_RELU, act
 from .combine import combine_rows
 from .edge import edge_z
-from .head_sums import edges_at_once, leaky_scores, row_scores, scores_fit
+from .head_sums import leaky_scores, scores_fit
 from .ir_parts import ALL_HEADS, heads_at_once
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_edge_score, leaky_score
@@ -96,10 +94,8 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
     # the SIMD score needs contiguous channels (always true for the layer's buffers)
     simd = kind == LEAKY_RELU and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize \
         and att.strides[1] == att.itemsize
-    # every head's score at once, or one head's scores of a row's edges side by side (head_sums.py)
-    fit = simd and scores_fit(att, xr, xl, alpha)
-    together = fit and heads_at_once(heads, channels)
-    by_row = fit and edges_at_once(heads, channels)
+    # every head's score at once (head_sums.py)
+    together = simd and heads_at_once(heads, channels) and scores_fit(att, xr, xl, alpha)
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
@@ -111,13 +107,7 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             leaky_scores(att, xr, i, xl, indices[e], slope, alpha, e)
-        scored = together
-        if by_row:  # prefetch as the edge loops do, then the row's scores (head_sums.py)
-            for e in range(start, end):
-                if e + PREFETCH_DISTANCE < nnz:
-                    prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
-            scored = row_scores(att, xr, i, xl, indices, slope, alpha, start, end)
-        for e in range(start, start if scored else end):
+        for e in range(start, start if together else end):
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
             j = indices[e]

@@ -1,4 +1,5 @@
-"""The scores of every head of an edge at once, and of one head for a row's edges at once.
+"""The scores of every head of an edge at once, and the target pass's ``A_ij`` of one head for a
+row's edges at once.
 
 ``simd.leaky_score`` sums one head's channels: a vector sum per 8
 channels, then the 8 lanes added in a fixed tree (``simd.hsum``: shuffles,
@@ -17,22 +18,22 @@ process); the same trees for several heads' ``A_ij``, written into the
 target pass, made it slower, even at one head where they never ran, and
 are not used (one head's, below, sit in a function of their own).
 
-One head has no heads to interleave, but a row has edges:
-:func:`row_scores` runs the trees of up to 8 of a row's edges side by side
-the same way, so that each edge's chain of dependent adds no longer waits on
-the last one's, and stores their scores as one vector (``alpha[e:e + 8, 0]``);
-:func:`row_dots` does the same for the target pass's ``A_ij``. Measured on
-one thread (Intel Xeon, the two forms interleaved in one process, fastest
-of 20-40 rounds), the same bits:
+One head has no heads to interleave, but a row has edges: :func:`row_dots`
+runs the trees of up to 8 of a row's edges side by side the same way for
+the target pass's ``A_ij``, so that each edge's chain of dependent adds no
+longer waits on the last one's, and stores them as one vector
+(``upstream[e:e + 8, 0]``), the same bits as ``simd.dot_rows``. The target
+pass on ``small-batch``'s layer (1 x 32, 101,995 edges, one thread, Intel
+Xeon) took 2.03 against 2.25 ms (the two forms interleaved in one process,
+fastest of 20-30 rounds, vCPU 1; 2.00 against 2.22 on vCPU 0; 0.936x in
+alternating fresh processes); on Cora's 8 x 8, where it never runs, 0.661
+against 0.656 ms. The same form for the forward kernel's scores
+(``leaky_score``'s trees, written into its row loop: called, it cost more
+than it saved) gave 0.94-0.95x the kernel's time on ``small-batch``'s and
+``large``'s layers in one slow phase of the machine, but 1.00-1.01x and
+1.08x in fast ones: not kept.
 
-- the target pass on ``small-batch``'s layer (1 x 32, 101,995 edges): 2.03
-  against 2.25 ms (vCPU 1; 2.00 against 2.22 on vCPU 0); on Cora's 8 x 8,
-  where it never runs, 0.661 against 0.656 ms;
-- the forward kernel: 3.63 against 3.88 ms on ``small-batch``'s layer and
-  90.9 against 95.7 ms on ``large``'s (1 x 64) in a slow phase of the
-  machine, but within 1.5 % either way (2.22-2.25 ms) in a fast one.
-
-All do heads whose channels fill whole 8-lane vectors (``C mod 8 == 0``)
+Both do heads whose channels fill whole 8-lane vectors (``C mod 8 == 0``)
 in C-contiguous arrays, and return False otherwise (nothing written).
 """
 
@@ -175,8 +176,8 @@ def scores_fit(typingctx, att, xr, xl, out):
 
 @njit(inline="always", cache=True)
 def edges_at_once(heads, channels):
-    """Whether :func:`row_scores` and :func:`row_dots` take a row's edges side by side: one head whose
-    channels fill whole vectors (the scores of several heads go together by :func:`leaky_scores`)."""
+    """Whether :func:`row_dots` takes a row's edges side by side: one head whose channels fill whole
+    vectors."""
     return heads == 1 and channels % LANES == 0
 
 
@@ -195,58 +196,21 @@ def dots_fit(typingctx, grad, xl, out):
 
 
 @intrinsic
-def row_scores(typingctx, att, xr, i, xl, indices, slope, out, lo, hi):
-    """``out[e, 0] = simd.leaky_score(att, xr, i, xl, indices[e], 0, slope)`` for the edges ``e`` in
-    ``[lo, hi)`` of row ``i``, one head (:func:`edges_at_once`), up to 8 edges side by side: each
-    edge's vector sum, then their trees interleaved as the heads' are (:func:`hsum_heads`) and the
-    scores stored as one vector. Returns whether it did (one head of whole vectors in C-contiguous
-    arrays; else False, nothing written).
-
-    One edge's score is a chain of dependent adds (a vector sum per 8
-    channels, then the tree); one edge at a time, the next edge's chain
-    waited on this one's. Side by side the edges' chains overlap, and the
-    row ``xr[i]`` and the weights are loaded once per 8 edges.
-    """
-    if not _arrays_fit((att, xr, xl, out), (2, 3, 3, 2)) or not _index_array(indices):
-        return None
-    sig = types.boolean(att, xr, types.intp, xl, indices, att.dtype, out, types.intp, types.intp)
-    vectorised = all_contiguous(att, xr, xl, out)
-
-    def codegen(context, builder, signature, args):
-        if not vectorised:
-            return ir.Constant(_BOOL, 0)
-        arr_att, arr_r, arr_l, arr_idx, arr_out = (
-            context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 1, 3, 4, 6)
-        )
-        i, slope, lo, hi = args[2], args[5], args[7], args[8]
-        heads, channels = (builder.extract_value(arr_att.shape, k) for k in (0, 1))
-        zero = ir.Constant(heads.type, 0)
-        row = [row_pointer(builder, arr_r, i, zero), element_pointer(builder, arr_att, [zero]), slope]
-
-        def term(fb, params, vec_ty):  # simd.leaky_score's operations
-            r_row, att_row, slope = params
-            slope_v = splat(fb, slope, vec_ty)
-
-            def add(base, l):
-                z = fb.fadd(load_vector(fb, r_row, base, vec_ty), l)
-                act = fb.select(fb.fcmp_ordered(">", z, ir.Constant(vec_ty, None)), z, fb.fmul(slope_v, z))
-                return fb.fmul(load_vector(fb, att_row, base, vec_ty), act)
-
-            return add
-
-        return _edges_side_by_side(
-            context, builder, "row_scores", signature.args[4], (arr_idx, arr_l, arr_out), heads, channels,
-            (lo, hi), row, term, outline=False,
-        )  # fmt: skip
-
-    return sig, codegen
-
-
-@intrinsic
 def row_dots(typingctx, grad, i, xl, indices, out, lo, hi):
     """``out[e, 0] = simd.dot_rows(grad, i, xl, indices[e], 0)`` for the edges ``e`` in ``[lo, hi)`` of row
-    ``i`` (the target pass's ``A_ij``), one head of whole vectors, up to 8 edges side by side as
-    :func:`row_scores`; returns whether it did (else False, nothing written)."""
+    ``i`` (the target pass's ``A_ij``), one head (:func:`edges_at_once`), up to 8 edges side by side: each
+    edge's vector sum, then their trees interleaved as the heads' are (:func:`hsum_heads`) and the
+    results stored as one vector. Returns whether it did (one head of whole vectors in C-contiguous
+    arrays, :func:`dots_fit`; else False, nothing written).
+
+    One edge's ``A_ij`` is a chain of dependent adds (a vector sum per 8
+    channels, then the tree); one edge at a time, the next edge's chain
+    waited on this one's. Side by side the edges' chains overlap, and the
+    row ``grad[i]`` is loaded once per 8 edges. The code is a function of
+    its own (``ir_parts.outlined``): written into the target pass's row
+    loop, it made that pass 1.3-1.45x slower, at 8 heads too, where it
+    never ran.
+    """
     if not _arrays_fit((grad, xl, out), (3, 3, 2)) or not _index_array(indices):
         return None
     sig = types.boolean(grad, types.intp, xl, indices, out, types.intp, types.intp)
@@ -260,85 +224,58 @@ def row_dots(typingctx, grad, i, xl, indices, out, lo, hi):
         )
         i, lo, hi = args[1], args[5], args[6]
         heads, channels = (builder.extract_value(arr_g.shape, k) for k in (1, 2))
-        row = [row_pointer(builder, arr_g, i, ir.Constant(heads.type, 0))]
+        intp = heads.type
+        eight = ir.Constant(intp, LANES)
+        zero = ir.Constant(intp, 0)
+        one = ir.Constant(intp, 1)
+        fits = builder.and_(
+            builder.and_(
+                builder.icmp_unsigned("==", heads, one),
+                builder.icmp_unsigned("==", builder.extract_value(arr_out.shape, 1), one),
+            ),
+            builder.and_(
+                builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
+                builder.icmp_signed("<=", lo, hi),  # a row's count of edges is never negative
+            ),
+        )
+        vec_ty = ir.VectorType(arr_out.data.type.pointee, LANES)
+        idx_ty = signature.args[3]
+        g_row = row_pointer(builder, arr_g, i, zero)
+        args = array_args(builder, arr_idx) + array_args(builder, arr_l) + array_args(builder, arr_out)
 
-        def term(fb, params, vec_ty):  # simd.dot_rows's operations
-            (g_row,) = params
-            return lambda base, l: fb.fmul(load_vector(fb, g_row, base, vec_ty), l)
+        def body(fb, params):
+            idx, xl, out = (array_from(fb, params[a:b]) for a, b in ((0, 2), (2, 6), (6, 9)))
+            lo, hi, channels, g_row = params[9:13]
 
-        return _edges_side_by_side(
-            context, builder, "row_dots", signature.args[3], (arr_idx, arr_l, arr_out), heads, channels,
-            (lo, hi), row, term, outline=True,
-        )  # fmt: skip
+            def group(first, width):  # the edges lo + first ... lo + first + width - 1
+                e0 = fb.add(lo, first)
+                rows = [
+                    row_pointer(
+                        fb, xl, load_index(context, fb, idx, idx_ty, fb.add(e0, ir.Constant(intp, k))), zero
+                    )
+                    for k in range(width)
+                ]
+                accs = [cgutils.alloca_once_value(fb, ir.Constant(vec_ty, None)) for _ in range(width)]
+                with cgutils.for_range(fb, fb.udiv(channels, eight)) as loop:
+                    base = fb.mul(loop.index, eight)
+                    g = load_vector(fb, g_row, base, vec_ty)
+                    for acc, l_row in zip(accs, rows):  # simd.dot_rows's operations
+                        fb.store(fb.fadd(fb.load(acc), fb.fmul(g, load_vector(fb, l_row, base, vec_ty))), acc)
+                total = hsum_heads(fb, [fb.load(acc) for acc in accs])
+                part = total if width == LANES else _shuffle(fb, total, total, list(range(width)))
+                fb.store(
+                    part, fb.bitcast(element_pointer(fb, out, [e0, zero]), part.type.as_pointer()), align=1
+                )
+
+            lane_groups(fb, fb.sub(hi, lo), group)
+
+        with builder.if_then(fits):
+            # the index dtype in the name: int32 and uint32 are one LLVM type, cast differently
+            outlined(builder, f"gatfast.row_dots.{idx_ty.dtype}", args + [lo, hi, channels, g_row], body)
+        return fits
 
     return sig, codegen
 
 
 def _index_array(indices):
     return isinstance(indices, types.Array) and indices.ndim == 1 and isinstance(indices.dtype, types.Integer)
-
-
-def _edges_side_by_side(context, builder, name, idx_ty, arrays, heads, channels, span, row, term, outline):
-    """``out[e, 0]`` = the ``simd.hsum`` of ``0 + add(0, l) + add(8, l) + ...`` for the edges ``e`` in
-    ``span = (lo, hi)``, ``l`` the 8 channels at that offset of ``xl``'s row ``indices[e]`` and ``add =
-    term(fb, row, vec_ty)`` (``row``: the values the terms read, such as pointers to row ``i``): up to 8
-    edges side by side, their trees interleaved (:func:`hsum_heads`), one vector store per group.
-
-    ``arrays`` are ``(indices, xl, out)``. Only where there is one head (``heads``, ``out``'s columns) of
-    whole vectors; returns whether it did. ``outline``: the code is a function of its own
-    (``ir_parts.outlined``), as the target pass needs: written into its row loop, it made that pass
-    1.3-1.45x slower, at 8 heads too, where it never ran. The forward kernel takes it written in: called,
-    it cost more than it saved (one thread, ``small-batch``'s layer: 2.30 against 2.22 ms without it,
-    where written in it took 2.22-2.25).
-    """
-    arr_idx, arr_l, arr_out = arrays
-    intp = heads.type
-    eight = ir.Constant(intp, LANES)
-    zero = ir.Constant(intp, 0)
-    one = ir.Constant(intp, 1)
-    fits = builder.and_(
-        builder.and_(
-            builder.icmp_unsigned("==", heads, one),
-            builder.icmp_unsigned("==", builder.extract_value(arr_out.shape, 1), one),
-        ),
-        builder.and_(
-            builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
-            builder.icmp_signed("<=", span[0], span[1]),  # a row's count of edges is never negative
-        ),
-    )
-    vec_ty = ir.VectorType(arr_out.data.type.pointee, LANES)
-    args = array_args(builder, arr_idx) + array_args(builder, arr_l) + array_args(builder, arr_out)
-
-    def body(fb, params):
-        idx, xl, out = array_from(fb, params[0:2]), array_from(fb, params[2:6]), array_from(fb, params[6:9])
-        lo, hi, channels = params[9:12]
-        add = term(fb, params[12:], vec_ty)
-
-        def group(first, width):  # the edges lo + first ... lo + first + width - 1
-            e0 = fb.add(lo, first)
-            rows = [
-                row_pointer(
-                    fb, xl, load_index(context, fb, idx, idx_ty, fb.add(e0, ir.Constant(intp, k))), zero
-                )
-                for k in range(width)
-            ]
-            accs = [cgutils.alloca_once_value(fb, ir.Constant(vec_ty, None)) for _ in range(width)]
-            with cgutils.for_range(fb, fb.udiv(channels, eight)) as loop:
-                base = fb.mul(loop.index, eight)
-                for acc, l_row in zip(accs, rows):
-                    fb.store(fb.fadd(fb.load(acc), add(base, load_vector(fb, l_row, base, vec_ty))), acc)
-            total = hsum_heads(fb, [fb.load(acc) for acc in accs])
-            part = total if width == LANES else _shuffle(fb, total, total, list(range(width)))
-            fb.store(part, fb.bitcast(element_pointer(fb, out, [e0, zero]), part.type.as_pointer()), align=1)
-
-        lane_groups(fb, fb.sub(hi, lo), group)
-
-    with builder.if_then(fits):
-        if outline:
-            # the index dtype in the name: int32 and uint32 are one LLVM type, cast differently
-            outlined(
-                builder, f"gatfast.{name}.{idx_ty.dtype}", args + [span[0], span[1], channels] + row, body
-            )
-        else:
-            body(builder, args + [span[0], span[1], channels] + row)
-    return fits

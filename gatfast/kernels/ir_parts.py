@@ -163,7 +163,7 @@ def array_from(fb, params):
 def lane_groups(builder, count, group):
     """``group(k, width)`` for the items ``[k, k + width)`` of ``[0, count)``: 8 at a time, then the last
     ``count mod 8`` as one group of that width (one code path per width, ``width`` a Python int). For code
-    with heads (``softmax.py``, ``head_sums.py``) or a row's edges (``head_sums.row_scores``, ``row_dots``) in the lanes
+    with heads (``softmax.py``, ``head_sums.py``) or a row's edges (``head_sums.row_dots``) in the lanes
     of a vector: plain loads and stores of exactly those lanes, where masked ones of 8 lanes overlapped
     the next edge's and stalled (2 heads took 1.9x the loops' time)."""
     intp = count.type
