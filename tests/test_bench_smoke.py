@@ -605,7 +605,7 @@ def test_threads_end_to_end(tmp_path):
     import threads
 
     argv = ["--size", "tiny", "--reps", "1", "--threads", "1,2", "--workloads", "degree-4-linear", "--libs", "gatfast",
-            "--out", str(tmp_path)]
+            "--rounds", "2", "--out", str(tmp_path)]
     if os.cpu_count() < 2 or threads.usable_cpus() < 2:
         argv[argv.index("1,2")] = "1"
     assert threads.main(argv) == 0
@@ -614,11 +614,35 @@ def test_threads_end_to_end(tmp_path):
     assert [row["threads"] for row in raw["rows"]] == counts and counts[0] == 1
     assert raw["rows"][0]["gatfast"]["speedup"] == 1.0
     assert all(row["gatfast"]["over_bound"] > 0 and "pyg" not in row for row in raw["rows"])
+    for row, counted in zip(raw["rows"], raw["results"].values()):  # two processes per cell, their median
+        rounds = [r["forward_backward_median_ms"] for r in counted[0]["rounds"]]
+        assert len(rounds) == 2 and row["gatfast"]["range_ms"] == [min(rounds), max(rounds)]
+        assert row["gatfast"]["ms"] == pytest.approx(sum(rounds) / 2)
     text = (tmp_path / "threads.md").read_text()
+    assert "in 2 fresh processes" in text
     assert text.startswith(f"**{SMOKE}**") and "| degree-4-linear | 1 |" in text
     assert "Goal (large, 16 threads" in text and "not measured in this run" in text
     for word in (raw["meta"]["simd"], "system malloc", "bench/threads.py"):
         assert word in text
+
+
+def test_threads_goal_line_gives_the_rounds_range_and_the_bounds_fall():
+    import threads
+
+    def row(n, ms, lo, hi, over):
+        return {"workload": "large", "threads": n, "gatfast": {"ms": ms, "range_ms": [lo, hi], "over_bound": over,
+                                                              "speedup": None}}
+
+    one, many = row(1, 600.0, 480.0, 880.0, 1.2), row(16, 50.0, 48.0, 55.0, 1.25)
+    many["gatfast"]["speedup"] = 12.0
+    meta = {"date": "d", "cpu": "c", "simd": "s", "allocator": "a", "numba": "0", "command": "x", "reps": 3,
+            "rounds": 5, "rates": {}}
+    text = threads.markdown([one, many], meta)
+    assert "12.00×, met. Over the rounds' medians: 8.73-18.33×." in text  # 480/55 and 880/48
+    assert "falls 12.50× from 1 to 16 threads" in text  # bounds 600 / 1.2 = 500 and 50 / 1.25 = 40 ms
+    assert "| large | 1 | 600.00 (480.00-880.00) |" in text and "in 5 fresh processes" in text
+    one["gatfast"]["range_ms"], many["gatfast"]["range_ms"] = [600.0, 600.0], [50.0, 50.0]
+    assert "Over the rounds" not in threads.markdown([one, many], {**meta, "rounds": 1})
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -629,6 +653,7 @@ def test_threads_end_to_end(tmp_path):
     (["--workloads", "nope"], "unknown or per-call workloads"),
     (["--libs", "gatfast,dgl"], "--libs"),
     (["--reps", "0"], "--reps must be >= 1"),
+    (["--rounds", "0"], "--rounds must be >= 1"),
     (["--update-results", "--size", "tiny"], "smoke run"),
     (["--out", str(outdirs.RESULTS)], "tracked results"),
 ])
