@@ -432,3 +432,64 @@ def test_forward_and_source_edge_kernels_refuse_edge_arrays_of_other_shapes():
         ):
             with pytest.raises(ValueError, match="u must have one row per edge and weT shape"):
                 run(bad_u, bad_weT)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["leaky_relu", "softplus"])
+@pytest.mark.parametrize(("heads", "channels", "dims"), [(1, 64, 8), (3, 17, 5), (2, 1, 1), (1, 33, 9)])
+def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edges(dtype, kind, heads, channels, dims):
+    """``∂L/∂W_E``'s block partials, ``Σ q_ij ⊗ u_ij``, added per buffer of ``Q_EDGES`` edges: blocks of
+    none, fewer than one buffer, exactly one and several buffers and a remainder, against float64 NumPy
+    from the pass's own ``δ``."""
+    from gatfast.kernels import gatv2_backward_target_edge_blocks
+    from gatfast.kernels.activations import act_slope
+    from gatfast.kernels.backward_edge import Q_EDGES
+
+    degree = np.array([0, 0, 5, Q_EDGES - 5, Q_EDGES, 0, 2 * Q_EDGES + 7, 3, 0, 1, 150, 40])
+    n = degree.size
+    blocks = n // 2  # two rows a block: 0, 64, 64, 142, 1 and 190 edges
+    indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    rng = np.random.default_rng(channels + dims + heads)
+    indices = rng.integers(0, n, indptr[-1]).astype(np.int64)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(dims, n, indices.size, heads, channels, dtype, False)
+    u = rng.standard_normal((indices.size, dims)).astype(dtype)
+    weT = rng.standard_normal((heads, dims, channels)).astype(dtype)
+    slope, code = dtype(0.2), ACTIVATIONS[kind]
+    upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
+    we_part = np.full((blocks, heads, dims, channels), np.nan, dtype)
+    gatv2_backward_target_edge_blocks(
+        0, blocks, indptr, indices, xl, xr, att, slope, code, u, weT, edge_scale, alpha, grad, upstream, delta,
+        np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype), we_part,
+        np.empty((0, dims), dtype), None, np.empty((0, heads, channels), dtype),
+    )  # fmt: skip
+    targets = np.repeat(np.arange(n), degree)
+    z = xr[targets] + xl[indices]
+    for d in range(dims):
+        z = z + weT[None, :, d, :] * u[:, d, None, None]
+    s = np.vectorize(lambda v: float(act_slope(v, code, slope)))(z.astype(np.float64))
+    q = delta[:, :, None].astype(np.float64) * att[None].astype(np.float64) * s
+    scale = np.zeros((blocks, heads, dims, channels))
+    for b in range(blocks):
+        edges = slice(indptr[2 * b], indptr[2 * b + 2])
+        want = np.einsum("ehc,ed->hdc", q[edges], u[edges].astype(np.float64))
+        scale[b] = np.einsum("ehc,ed->hdc", np.abs(q[edges]), np.abs(u[edges].astype(np.float64)))
+        tol = (1e-5 if dtype == np.float32 else 1e-13) * (scale[b] + 1e-30)
+        assert np.all(np.abs(we_part[b] - want) <= tol), b
+    assert not we_part[0].any() and all(scale[b].any() for b in range(1, blocks))  # the empty block is zero
+
+
+def test_target_edge_pass_refuses_strided_attribute_weight_partials():
+    """The register tile writes ``we_part``'s channels as whole vectors."""
+    from gatfast.kernels import gatv2_backward_target_edge_blocks
+
+    n, heads, channels, dims, dtype = 12, 1, 8, 3, np.float64
+    indptr, indices, *_ = _graph(4, n)
+    xl, xr, grad, att, alpha, edge_scale = _inputs(5, n, indices.size, heads, channels, dtype, False)
+    u, weT = np.ones((indices.size, dims)), np.ones((heads, dims, channels))
+    strided = np.zeros((2, heads, dims, 2 * channels))[..., ::2]
+    with pytest.raises(ValueError, match="we_part must have contiguous channels"):
+        gatv2_backward_target_edge_blocks(
+            0, 2, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale, alpha,
+            grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)), np.empty((n, heads, channels)),
+            np.empty((2, heads, channels)), strided, np.empty((0, dims)), None, np.empty((0, heads, channels)),
+        )  # fmt: skip

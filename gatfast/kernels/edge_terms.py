@@ -2,7 +2,8 @@
 
 ``backward_edge.py``'s target pass forms, per edge and head, ``z`` (with the
 edge term), the activation and its slope in scratch rows, then adds the
-terms to ``∂L/∂a``, ``P_i`` and ``∂L/∂W_E`` in separate channel loops.
+terms to ``∂L/∂a`` and ``P_i`` in separate channel loops, and keeps
+``q = ∂L/∂z`` in a buffer row for ``∂L/∂W_E`` (added per group of edges).
 :func:`target_edge_terms` does it in one pass over the channels in whole
 8-lane vectors with ``z`` and ``s`` in registers, the same operations in
 the same order (the same bits); the kernel's loops do the last ``C mod 8``
@@ -42,40 +43,38 @@ ATTRIBUTE_GROUP = 4  # attributes whose W_Eᵀ q sums run side by side
 
 @intrinsic
 def target_edge_terms(
-    typingctx, p_out, att_part, we_part, qb, b, i, h, e, j, xl, xr, att, u, weT, dl, slope, signs
+    typingctx, p_out, att_part, qb, b, i, h, e, j, k, xl, xr, att, u, weT, dl, slope, signs
 ):
     """Edge ``e = (j -> i)``, head ``h`` of the target pass with edge features (LeakyReLU), whole vectors.
 
     For each channel ``c`` in whole vectors, with ``z`` the pre-activation
     of ``edge.edge_z``: ``att_part[b, h, c] += dl (z if z > 0 else slope
-    z)``, ``qb[0, h, c] = (dl att[h, c]) s`` with ``s = 1 if z > 0 else
-    slope``, ``p_out[i, h, c] += dl s`` and ``we_part[b, h, d, c] += qb[0,
-    h, c] u[e, d]`` for every ``d``: the per-channel operations of
+    z)``, ``qb[k, h, c] = (dl att[h, c]) s`` with ``s = 1 if z > 0 else
+    slope`` and ``p_out[i, h, c] += dl s``: the per-channel operations of
     ``backward_edge.py``'s loops, without their scratch rows for ``z`` and
     ``s``; and, unless ``signs`` is None, ``signs[e, h, c] = z > 0`` (one
-    byte per channel, for the source pass). Returns the first channel not
-    done (0 for arrays that are not C-contiguous).
+    byte per channel, for the source pass). ``qb``'s row ``k`` is the edge's
+    place in the kernel's buffer of ``q`` (for ``∂L/∂W_E``). Returns the
+    first channel not done (0 for arrays that are not C-contiguous).
     """
     has_signs = not isinstance(signs, types.NoneType)
     if has_signs and not (isinstance(signs, types.Array) and signs.dtype == types.uint8 and signs.ndim == 3):
         return None
-    arrays = (p_out, att_part, we_part, qb, xl, xr, att, u, weT)
-    if not arrays_ok(arrays, (3, 3, 4, 3, 3, 3, 2, 2, 3)):
+    arrays = (p_out, att_part, qb, xl, xr, att, u, weT)
+    if not arrays_ok(arrays, (3, 3, 3, 3, 3, 2, 2, 3)):
         return None
     index = types.intp
     sig = types.intp(
-        p_out, att_part, we_part, qb, index, index, index, index, index, xl, xr, att, u, weT, p_out.dtype,
+        p_out, att_part, qb, index, index, index, index, index, index, xl, xr, att, u, weT, p_out.dtype,
         p_out.dtype, signs,
     )  # fmt: skip
-    vectorised = all_contiguous(
-        p_out, att_part, we_part, qb, xl, xr, att, weT, *([signs] if has_signs else [])
-    )
+    vectorised = all_contiguous(p_out, att_part, qb, xl, xr, att, weT, *([signs] if has_signs else []))
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
         if not vectorised:
             return ir.Constant(intp, 0)
-        names = ("p_out", "att_part", "we_part", "qb", "b", "i", "h", "e", "j", "xl", "xr", "att", "u", "weT")
+        names = ("p_out", "att_part", "qb", "b", "i", "h", "e", "j", "k", "xl", "xr", "att", "u", "weT")
         a, arr, v = leaky_setup(context, builder, signature, args, names + ("dl", "slope", "signs"))
         vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         dl = splat(builder, a["dl"], vec_ty)
@@ -84,7 +83,7 @@ def target_edge_terms(
         rows = {
             "p": row_pointer(builder, arr["p_out"], a["i"], h),
             "part": row_pointer(builder, arr["att_part"], b, h),
-            "q": row_pointer(builder, arr["qb"], zero, h),
+            "q": row_pointer(builder, arr["qb"], a["k"], h),
             "r": row_pointer(builder, arr["xr"], a["i"], h),
             "l": row_pointer(builder, arr["xl"], a["j"], h),
             "att": element_pointer(builder, arr["att"], [h, zero]),
@@ -93,7 +92,6 @@ def target_edge_terms(
             rows["signs"] = row_pointer(builder, arr["signs"], e, h)
             bytes_ty = ir.VectorType(ir.IntType(8), LANES)
         channels = builder.extract_value(arr["p_out"].shape, 2)
-        dims = builder.extract_value(arr["u"].shape, 1)
 
         def vectors(base, count):
             offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
@@ -103,7 +101,6 @@ def target_edge_terms(
                 )
                 for off in offsets
             ]
-            qs = []
             for zv, off in zip(
                 add_edge_terms(builder, arr["u"], arr["weT"], e, h, zs, offsets, vec_ty), offsets
             ):
@@ -118,13 +115,6 @@ def target_edge_terms(
                 store_vector(builder, rows["q"], off, q)
                 p_sum = builder.fadd(load_vector(builder, rows["p"], off, vec_ty), builder.fmul(dl, s))
                 store_vector(builder, rows["p"], off, p_sum)
-                qs.append(q)
-            with cgutils.for_range(builder, dims) as loop:
-                ud = splat(builder, builder.load(element_pointer(builder, arr["u"], [e, loop.index])), vec_ty)
-                we_row = element_pointer(builder, arr["we_part"], [b, h, loop.index, zero])
-                for q, off in zip(qs, offsets):
-                    updated = builder.fadd(load_vector(builder, we_row, off, vec_ty), builder.fmul(q, ud))
-                    store_vector(builder, we_row, off, updated)
 
         return vector_groups(builder, intp, channels, TARGET_EDGE_GROUP, vectors)
 
@@ -132,11 +122,11 @@ def target_edge_terms(
 
 
 @intrinsic
-def attribute_grads(typingctx, grad_u, e, weT, qb):
-    """``grad_u[e, d] = Σ_h Σ_c weT[h, d, c] * qb[0, h, c]`` for every ``d``: ``W_Eᵀ q`` of edge ``e``.
+def attribute_grads(typingctx, grad_u, e, weT, qb, k):
+    """``grad_u[e, d] = Σ_h Σ_c weT[h, d, c] * qb[k, h, c]`` for every ``d``: ``W_Eᵀ q`` of edge ``e``.
 
-    Per ``d``, exactly ``(0 + dot3(weT, 0, d, qb, 0, 0)) + dot3(weT, 1, d,
-    qb, 0, 1) + ...`` (``simd.dot3``'s order, so the same bits), with
+    Per ``d``, exactly ``(0 + dot3(weT, 0, d, qb, k, 0)) + dot3(weT, 1, d,
+    qb, k, 1) + ...`` (``simd.dot3``'s order, so the same bits), with
     ``ATTRIBUTE_GROUP`` values of ``d`` side by side: one ``d`` at a time,
     an edge waited for a chain of C / 8 dependent adds per ``d``. Returns
     whether it wrote them: False for ``weT`` or ``qb`` not C-contiguous, where
@@ -144,7 +134,7 @@ def attribute_grads(typingctx, grad_u, e, weT, qb):
     """
     if not arrays_ok((grad_u, weT, qb), (2, 3, 3)) or not isinstance(grad_u.dtype, types.Float):
         return None
-    sig = types.boolean(grad_u, types.intp, weT, qb)
+    sig = types.boolean(grad_u, types.intp, weT, qb, types.intp)
     vectorised = all_contiguous(weT, qb)
 
     def codegen(context, builder, signature, args):
@@ -154,10 +144,9 @@ def attribute_grads(typingctx, grad_u, e, weT, qb):
         arr_g, arr_w, arr_q = (
             context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 2, 3)
         )
-        e = args[1]
+        e, k = args[1], args[4]
         fty = context.get_value_type(signature.args[0].dtype)
         vec_ty = ir.VectorType(fty, LANES)
-        zero = ir.Constant(intp, 0)
         heads, dims, channels = (builder.extract_value(arr_w.shape, axis) for axis in range(3))
         chunks = builder.udiv(channels, ir.Constant(intp, LANES))
         tail_start = builder.mul(chunks, ir.Constant(intp, LANES))
@@ -167,7 +156,7 @@ def attribute_grads(typingctx, grad_u, e, weT, qb):
             sums = [cgutils.alloca_once_value(builder, ir.Constant(fty, 0.0)) for _ in ds]
             with cgutils.for_range(builder, heads) as head:
                 h = head.index
-                q_row = row_pointer(builder, arr_q, zero, h)
+                q_row = row_pointer(builder, arr_q, k, h)
                 w_rows = [row_pointer(builder, arr_w, h, d) for d in ds]
                 accs = [cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in ds]
                 with cgutils.for_range(builder, chunks) as chunk:
