@@ -437,7 +437,9 @@ def test_forward_and_source_edge_kernels_refuse_edge_arrays_of_other_shapes():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("kind", ["leaky_relu", "softplus"])
 @pytest.mark.parametrize(("heads", "channels", "dims"), [(1, 64, 8), (3, 17, 5), (2, 1, 1), (1, 33, 9)])
-def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edges(dtype, kind, heads, channels, dims):
+def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edges(
+    dtype, kind, heads, channels, dims
+):
     """``∂L/∂W_E``'s block partials, ``Σ q_ij ⊗ u_ij``, added per buffer of ``Q_EDGES`` edges: blocks of
     none, fewer than one buffer, exactly one and several buffers and a remainder, against float64 NumPy
     from the pass's own ``δ``."""
@@ -476,20 +478,3 @@ def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edg
         tol = (1e-5 if dtype == np.float32 else 1e-13) * (scale[b] + 1e-30)
         assert np.all(np.abs(we_part[b] - want) <= tol), b
     assert not we_part[0].any() and all(scale[b].any() for b in range(1, blocks))  # the empty block is zero
-
-
-def test_target_edge_pass_refuses_strided_attribute_weight_partials():
-    """The register tile writes ``we_part``'s channels as whole vectors."""
-    from gatfast.kernels import gatv2_backward_target_edge_blocks
-
-    n, heads, channels, dims, dtype = 12, 1, 8, 3, np.float64
-    indptr, indices, *_ = _graph(4, n)
-    xl, xr, grad, att, alpha, edge_scale = _inputs(5, n, indices.size, heads, channels, dtype, False)
-    u, weT = np.ones((indices.size, dims)), np.ones((heads, dims, channels))
-    strided = np.zeros((2, heads, dims, 2 * channels))[..., ::2]
-    with pytest.raises(ValueError, match="we_part must have contiguous channels"):
-        gatv2_backward_target_edge_blocks(
-            0, 2, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale, alpha,
-            grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)), np.empty((n, heads, channels)),
-            np.empty((2, heads, channels)), strided, np.empty((0, dims)), None, np.empty((0, heads, channels)),
-        )  # fmt: skip

@@ -12,9 +12,15 @@ their ``q_ij ⊗ u_ij`` to the block's ``∂L/∂W_E`` in one product, the
 register tile of ``gemm.py`` (each element a chain of fused multiply-adds
 over the edges in order, so the thread count still changes no bit). Added
 edge by edge, ``∂L/∂W_E``'s D x C values were loaded and stored again for
-every edge: on 500,000 edges of 64 channels and 8 attributes (one thread,
-2-core Intel Xeon, alternating fresh processes) the pass took 77-80 ms
-against 86-88 ms.
+every edge. On 500,000 edges (one thread, 2-core Intel Xeon, the two
+kernels interleaved in one process, medians of 20 calls) the pass took
+0.86-0.88x the time at 64 channels and 8 attributes, 0.92x at 32 and 4,
+0.87x at 3 heads of 16 and 3 attributes, 0.89x at 2 heads of 7 and 2.
+The tile reads whole arrays (a view made in the loop would count
+references there), so the block's sum stays in a buffer of its own until
+the block ends, and the last group of a block is padded with edges whose
+``u`` is zero: from +0, the sums never hold a -0 that an exact zero could
+flip, so the padding changes no bit.
 """
 
 import numpy as np
@@ -30,19 +36,9 @@ from .ir_parts import ALL_HEADS
 from .prefetch import prefetch_row
 from .simd import dot3
 
-#: edges whose ``q_ij`` the target pass keeps before adding their ``q_ij ⊗ u_ij`` to ``∂L/∂W_E`` in one
+#: edges whose ``q_ij`` the target pass keeps before adding their ``u_ij ⊗ q_ij`` to ``∂L/∂W_E`` in one
 #: product (the buffer, 64 x H x C values, stays in the L1 cache at 64 channels)
 Q_EDGES = 64
-
-
-@njit(inline="always", cache=True)
-def _add_we(we_part, b, u, e0, qb, count):
-    """``we_part[b, h] += u[e0:e0 + count]ᵀ @ qb[:count, h]`` for every head: the register tile's fused
-    multiply-adds over the edges in order."""
-    for h in range(qb.shape[1]):
-        matmul_rows(
-            np.int64(0), u.shape[1], u[e0 : e0 + count].T, qb[:count, h], qb[0, 0, :0], True, we_part[b, h]
-        )
 
 
 @njit(nogil=True, cache=True)
@@ -72,8 +68,8 @@ def gatv2_backward_target_edge_blocks(
 ):
     """``gatv2_backward_target_blocks`` with edge features (``bias_part`` as there).
 
-    Also writes ``we_part`` (B, H, D, C, contiguous channels), the blocks'
-    ``Σ q_ij ⊗ u_ij`` (fused multiply-adds in edge order, see the module docstring), and
+    Also writes ``we_part`` (B, H, D, C), the blocks' ``Σ q_ij ⊗ u_ij``
+    (fused multiply-adds in edge order, see the module docstring), and
     ``grad_u`` (E, D) = ``W_Eᵀ q_ij`` (none when ``grad_u`` has no rows: the
     attributes' gradient was not asked for); and, for LeakyReLU unless ``signs``
     is None, ``signs`` (E, H, C) uint8 = ``z_ij > 0`` for
@@ -95,8 +91,6 @@ def gatv2_backward_target_edge_blocks(
     # dot3 (where attribute_grads steps aside) reads whole vectors of it; one channel has any stride
     if channels > 1 and weT.strides[2] != weT.itemsize:
         raise ValueError("weT must have contiguous channels")
-    if channels > 1 and we_part.strides[3] != we_part.itemsize:  # the tile's vector stores (_add_we)
-        raise ValueError("we_part must have contiguous channels")
     if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
         if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
             raise ValueError("signs must have shape (edges, heads, channels)")
@@ -104,7 +98,12 @@ def gatv2_backward_target_edge_blocks(
             raise ValueError("signs are written for the LeakyReLU attention only")
     with_bias = check_bias_part(bias_part, att_part)
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
-    qb = np.empty((Q_EDGES, heads, channels), dtype=xl.dtype)
+    # whole arrays for the tile (views made in the loops would count references there)
+    qb = np.zeros((Q_EDGES, heads, channels), dtype=xl.dtype)  # q of the buffered edges
+    q_rows = qb.reshape(Q_EDGES, heads * channels)  # the same memory, an edge per row
+    u_cols = np.zeros((dims, Q_EDGES), dtype=xl.dtype)  # their u, an edge per column
+    we_block = np.zeros((dims, heads * channels), dtype=xl.dtype)  # the block's Σ u_ij ⊗ q_ij
+    no_bias = np.empty(0, dtype=xl.dtype)
     sb = np.empty((1, heads, channels), dtype=xl.dtype)
     for b in range(b0, b1):
         for h in range(heads):
@@ -112,10 +111,7 @@ def gatv2_backward_target_edge_blocks(
                 att_part[b, h, c] = zero
                 if with_bias:
                     bias_part[b, h, c] = zero
-            for d in range(dims):
-                for c in range(channels):
-                    we_part[b, h, d, c] = zero
-        e0 = indptr[min(n, b * block)]  # the first edge in qb
+        last = indptr[min(n, (b + 1) * block)] - 1  # the block's last edge
         k = 0  # edges in qb
         for i in range(b * block, min(n, (b + 1) * block)):
             start = indptr[i]
@@ -180,16 +176,24 @@ def gatv2_backward_target_edge_blocks(
                         for h in range(heads):
                             g += dot3(weT, h, d, qb, k, h)
                         grad_u[e, d] = g
+                for d in range(dims):
+                    u_cols[d, k] = u[e, d]
                 k += 1
-                if k == Q_EDGES:
-                    _add_we(we_part, b, u, e0, qb, k)
-                    e0 += k
+                if k == Q_EDGES or e == last:
+                    # columns of zeros add exact zeros: from +0, the sums never hold a -0 they could flip
+                    for d in range(dims):
+                        for kk in range(k, Q_EDGES):
+                            u_cols[d, kk] = zero
+                    matmul_rows(np.int64(0), dims, u_cols, q_rows, no_bias, True, we_block)
                     k = 0
             for h in range(heads):
                 for c in range(channels):
                     p_out[i, h, c] *= att[h, c]
-        if k > 0:
-            _add_we(we_part, b, u, e0, qb, k)
+        for h in range(heads):
+            for d in range(dims):
+                for c in range(channels):
+                    we_part[b, h, d, c] = we_block[d, h * channels + c]
+                    we_block[d, h * channels + c] = zero
 
 
 @njit(nogil=True, cache=True)
