@@ -165,9 +165,10 @@ def leaky_score(typingctx, att, xr, i, xl, j, h, slope):
 
 
 def splat(builder, value, vec_ty):
+    """``value`` in every lane of ``vec_ty``."""
     i32 = ir.IntType(32)
     vec = ir.Constant(vec_ty, ir.Undefined)
-    for k in range(LANES):
+    for k in range(vec_ty.count):
         vec = builder.insert_element(vec, value, i32(k))
     return vec
 
