@@ -201,8 +201,9 @@ def markdown(rows, meta):
         f"{meta['date']}, {meta['cpu']}, {meta['simd']}, {meta['allocator']}, numba {meta['numba']}"
         + (f", torch {meta['torch']}, torch_geometric {meta['torch_geometric']}" if "torch" in meta else "")
         + f". `{meta['command']}`. Median of {meta['reps']} samples per process; each (thread count, workload, "
-        f"library) in {_rounds(meta)}, in brackets the range of their medians where there are several. *speed-up*: over the same library's 1-thread time; *× bound*: gatfast's "
-        "time over the roofline bound at that thread count (the machine's rates measured at that count).",
+        f"library) in {_rounds(meta)}, in brackets the range of their medians where there are several. "
+        "*speed-up*: over the same library's 1-thread time; *× bound*: gatfast's time over the roofline "
+        "bound at that thread count (the machine's rates measured at that count).",
         "",
         "| workload | threads | gatfast (ms) | speed-up | × bound | PyG (ms) | speed-up | gatfast vs PyG |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",

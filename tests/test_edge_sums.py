@@ -449,7 +449,7 @@ def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edg
 
     degree = np.array([0, 0, 5, Q_EDGES - 5, Q_EDGES, 0, 2 * Q_EDGES + 7, 3, 0, 1, 150, 40])
     n = degree.size
-    blocks = n // 2  # two rows a block: 0, 64, 64, 142, 1 and 190 edges
+    blocks = n // 2  # two rows a block: 0, 64, 64, 138, 1 and 190 edges
     indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
     rng = np.random.default_rng(channels + dims + heads)
     indices = rng.integers(0, n, indptr[-1]).astype(np.int64)
@@ -478,3 +478,41 @@ def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edg
         tol = (1e-5 if dtype == np.float32 else 1e-13) * (scale[b] + 1e-30)
         assert np.all(np.abs(we_part[b] - want) <= tol), b
     assert not we_part[0].any() and all(scale[b].any() for b in range(1, blocks))  # the empty block is zero
+
+
+def test_target_edge_pass_gives_one_set_of_bits_for_any_split_of_its_blocks_when_q_overflows():
+    """Blocks called one at a time or together give the same bits, with an infinite ``q_ij`` in the
+    graph: the padding of a block's last group of edges does not read an earlier group's ``q``."""
+    from gatfast.kernels import gatv2_backward_target_edge_blocks
+
+    dtype, heads, channels, dims = np.float32, 1, 8, 2
+    degree = np.array([3, 0, 1, 0, 70, 2])  # the first block's q overflow; the later ones are finite
+    n, blocks = degree.size, 3
+    indptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
+    rng = np.random.default_rng(5)
+    indices = rng.integers(0, n, indptr[-1]).astype(np.int64)
+    xl, xr = (rng.standard_normal((n, heads, channels)).astype(dtype) for _ in range(2))
+    grad = rng.standard_normal((n, heads, channels)).astype(dtype)
+    grad[0] *= 1e8
+    att = np.full((heads, channels), 1e33, dtype)
+    alpha = rng.random((indices.size, heads)).astype(dtype)
+    u = (np.abs(rng.standard_normal((indices.size, dims))) + 0.5).astype(dtype)
+    weT = rng.standard_normal((heads, dims, channels)).astype(dtype)
+
+    def run(ranges):
+        delta, we_part = (
+            np.empty((indices.size, heads), dtype),
+            np.full((blocks, heads, dims, channels), 7, dtype),
+        )
+        for b0, b1 in ranges:
+            gatv2_backward_target_edge_blocks(
+                b0, b1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT,
+                np.zeros((0, heads), dtype), alpha, grad, np.empty((indices.size, heads), dtype), delta,
+                np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype), we_part,
+                np.empty((0, dims), dtype), None, np.empty((0, heads, channels), dtype),
+            )  # fmt: skip
+        return we_part
+
+    together, apart = run([(0, blocks)]), run([(b, b + 1) for b in range(blocks)])
+    assert together.tobytes() == apart.tobytes()
+    assert not np.isfinite(together[0]).all() and np.isfinite(together[1:]).all()

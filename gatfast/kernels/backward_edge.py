@@ -19,8 +19,10 @@ kernels interleaved in one process, medians of 20 calls) the pass took
 The tile reads whole arrays (a view made in the loop would count
 references there), so the block's sum stays in a buffer of its own until
 the block ends, and the last group of a block is padded with edges whose
-``u`` is zero: from +0, the sums never hold a -0 that an exact zero could
-flip, so the padding changes no bit.
+``u`` and ``q`` are zero. Those add exact zeros, but for the sign of a
+zero: a sum that underflowed to -0 becomes +0. The groups and the padding
+depend only on the graph and the number of blocks, not on the threads, so
+the bits do not either.
 """
 
 import numpy as np
@@ -180,10 +182,12 @@ def gatv2_backward_target_edge_blocks(
                     u_cols[d, k] = u[e, d]
                 k += 1
                 if k == Q_EDGES or e == last:
-                    # columns of zeros add exact zeros: from +0, the sums never hold a -0 they could flip
-                    for d in range(dims):
-                        for kk in range(k, Q_EDGES):
+                    # the rest padded with u = q = 0 (stale q could be infinite: 0 * inf is NaN)
+                    for kk in range(k, Q_EDGES):
+                        for d in range(dims):
                             u_cols[d, kk] = zero
+                        for c in range(heads * channels):
+                            q_rows[kk, c] = zero
                     matmul_rows(np.int64(0), dims, u_cols, q_rows, no_bias, True, we_block)
                     k = 0
             for h in range(heads):
