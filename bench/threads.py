@@ -11,10 +11,9 @@ gives, per workload, each library's time, its speed-up over its own
 1-thread time, and gatfast's lead over PyG at every count.
 
 Why ``--rounds``: on a lent 16-core machine, fresh 1-thread processes of
-``large`` took either about 480 or 690-890 ms (two modes, 8 of 12 runs in
-the fast one, whichever core they were pinned to), while 16-thread
-processes took 51-58 ms; one process per cell then makes the speed-up
-anything from 9× to 15×. The table gives the range of the rounds'
+``large`` took 479-889 ms (medians of 16 processes, whichever core they
+were pinned to), while 16-thread processes took 51-58 ms; one process per
+cell then makes the speed-up anything from 9× to 15×. The table gives the range of the rounds'
 medians beside their median.
 
 The goal of issue 14 it checks: ``large`` forward + backward at least 12x
