@@ -339,3 +339,19 @@ def test_a_cache_from_another_layer_is_refused(edge_layer, square):
         cache.alpha[0, 0] = 5.0
     with pytest.raises(AttributeError):
         cache.alpha = np.zeros(3)
+
+
+def test_edge_feature_gradients_over_more_edges_than_the_target_pass_buffers_match_finite_differences():
+    """A hub row of more than two of the target pass's groups of ``Q_EDGES`` edges (``∂L/∂W_E`` is
+    added per group), in float64."""
+    from gatfast.kernels.backward_edge import Q_EDGES
+
+    rng = np.random.default_rng(11)
+    n, d = 2 * Q_EDGES + 12, 2
+    src = np.concatenate([rng.choice(n, size=2 * Q_EDGES + 5, replace=False), rng.integers(0, n, 12)])
+    dst = np.concatenate([np.zeros(2 * Q_EDGES + 5, np.int64), rng.integers(1, n, 12)])
+    graph, attr = CSRGraph.from_edge_index(np.stack([src, dst]), n, edge_attr=rng.standard_normal((src.size, d)))
+    assert np.diff(graph.indptr).max() > 2 * Q_EDGES
+    layer = GATv2Layer(3, 2, heads=2, edge_dim=d, dtype=np.float64, seed=4)
+    naive.randomize_params(layer, rng)
+    fd_check(layer, graph, rng.standard_normal((n, 3)), attr, rng)

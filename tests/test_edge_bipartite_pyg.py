@@ -225,3 +225,19 @@ def test_one_matrix_block_matches_pyg_pair():
     grads = layer.backward(cache, R)
     assert naive.rel_err(grads["x"], xt.grad.numpy()) < TOL
     assert naive.rel_err(grads["W_r"], conv.lin_r.weight.grad.numpy()) < TOL
+
+
+@pytest.mark.parametrize("C, heads, d", [(33, 1, 3), (8, 2, 4)])
+def test_block_of_more_edges_than_the_target_pass_buffers_matches_pyg(C, heads, d):
+    """The target pass adds ``∂L/∂W_E`` per group of ``backward_edge.Q_EDGES`` edges: a hub row of more
+    than two groups, so one block holds several full groups and a remainder."""
+    from gatfast.kernels.backward_edge import Q_EDGES
+
+    rng = np.random.default_rng(C + heads)
+    n = 2 * Q_EDGES + 20
+    src = np.concatenate([rng.choice(n, size=2 * Q_EDGES + 9, replace=False), rng.integers(0, n, 30)])
+    dst = np.concatenate([np.zeros(2 * Q_EDGES + 9, np.int64), rng.integers(1, n, 30)])
+    graph, attr = CSRGraph.from_edge_index(np.stack([src, dst]), n, edge_attr=rng.standard_normal((src.size, d)))
+    assert np.diff(graph.indptr).max() > 2 * Q_EDGES and graph.nnz < 256 * Q_EDGES  # one block (256 rows)
+    layer, conv = _build(dict(C=C, heads=heads, edge_dim=d), 6, seed=2)
+    check_against_pyg(layer, conv, graph, rng.standard_normal((n, 6)), attr, rng)
