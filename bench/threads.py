@@ -13,8 +13,8 @@ gives, per workload, each library's time, its speed-up over its own
 Why ``--rounds``: on a lent 16-core machine, fresh 1-thread processes of
 ``large`` took 479-889 ms (medians of 16 processes, whichever core they
 were pinned to), while 16-thread processes took 51-58 ms; one process per
-cell then makes the speed-up anything from 9× to 15×. The table gives the range of the rounds'
-medians beside their median.
+cell then makes the speed-up anything from 9× to 15×. The table gives the
+range of the rounds' medians beside their median.
 
 The goal of issue 14 it checks: ``large`` forward + backward at least 12x
 faster on 16 threads than on 1, on a 16-core machine.
@@ -247,9 +247,9 @@ def _goal_context(rows, goal):
     one = next(r for r in rows if r["workload"] == goal["workload"] and r["threads"] == 1)["gatfast"]
     many = goal["gatfast"]
     text = ""
-    (lo1, hi1), (lo, hi) = one.get("range_ms", (0, 0)), many.get("range_ms", (0, 0))
-    if lo1 and lo and (lo1, hi1, lo, hi) != (one["ms"], one["ms"], many["ms"], many["ms"]):
-        text += f" Over the rounds' medians: {lo1 / hi:.2f}-{hi1 / lo:.2f}×."
+    spread1, spread = one.get("range_ms"), many.get("range_ms")
+    if spread1 and spread and (spread1[0] != spread1[1] or spread[0] != spread[1]):
+        text += f" Over the rounds' medians: {spread1[0] / spread[1]:.2f}-{spread1[1] / spread[0]:.2f}×."
     if one.get("over_bound") and many.get("over_bound"):
         fall = (one["ms"] / one["over_bound"]) / (many["ms"] / many["over_bound"])
         text += f" The roofline bound itself falls {fall:.2f}× from 1 to {goal['threads']} threads."
