@@ -6,7 +6,8 @@ import pytest
 from numba import njit
 
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_rows
-from gatfast.kernels.head_sums import leaky_scores, row_dots, scores_fit
+from gatfast.kernels.head_sums import leaky_scores, row_dots
+from gatfast.kernels.ir_parts import edges_at_once, heads_at_once, typed_contiguous
 from gatfast.kernels.simd import dot_rows, leaky_score
 
 
@@ -64,7 +65,7 @@ def test_channels_in_part_vectors_are_left_to_the_caller(channels):
 
 @njit
 def _fits(att, xr, xl, out):
-    return scores_fit(att, xr, xl, out)
+    return typed_contiguous(att, xr, xl, out)
 
 
 def test_strided_arrays_are_left_to_the_caller():
@@ -178,3 +179,32 @@ def test_row_dots_write_only_the_rows_edges():
     _, grad, xl = _case(1, 24, np.float32, 9)
     indptr, indices = _rows(9)
     assert _kept_to_rows(grad, xl, indptr, indices, np.empty((indices.size, 1), np.float32))
+
+
+@njit
+def _kernel_tests(heads, channels):
+    return heads_at_once(heads, channels), edges_at_once(heads, channels)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 8])
+@pytest.mark.parametrize("channels", [1, 7, 8, 9, 16, 17, 33])
+def test_the_kernels_tests_agree_with_what_the_intrinsics_write(heads, channels):
+    """``heads_at_once`` and ``edges_at_once`` (the kernels' choice of loop) say exactly where
+    ``leaky_scores`` (several heads) and ``row_dots`` (one head) write."""
+    att, xr, xl = _case(heads, channels, np.float32, heads + channels)
+    several, one = _kernel_tests(np.int64(heads), np.int64(channels))
+    scores = np.full((50, heads), np.nan, np.float32)
+    wrote_scores = _all_at_once(att, xr, xl, np.float32(0.2), scores)
+    assert several == (heads > 1 and wrote_scores)  # leaky_scores also writes one head of whole vectors
+    indptr, indices = _rows(heads)
+    dots = np.full((indices.size, heads), np.nan, np.float32)
+    assert one == _dots_by_rows(xr, xl, indptr, indices, dots)
+    assert several == (heads > 1 and channels % 8 == 0) and one == (heads == 1 and channels % 8 == 0)
+
+
+def test_typed_contiguous_refuses_arrays_of_mixed_dtypes():
+    from numba.core.errors import TypingError
+
+    att, xr, xl = _case(2, 8, np.float32)
+    with pytest.raises(TypingError):
+        _fits(att, xr, xl.astype(np.float64), np.empty((50, 2), np.float32))

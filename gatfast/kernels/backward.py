@@ -32,8 +32,8 @@ from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
 from .edge_sums import source_row_sums, target_row_sums
-from .head_sums import dots_fit, edges_at_once, row_dots
-from .ir_parts import ALL_HEADS
+from .head_sums import row_dots
+from .ir_parts import ALL_HEADS, edges_at_once, typed_contiguous
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import dot_rows
 from .softmax import row_deltas
@@ -85,7 +85,7 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
     zero = xl.dtype.type(0.0)
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize
     # one head of whole vectors: a row's edges side by side (head_sums.py), the rows prefetched as below
-    by_row = simd and edges_at_once(heads, channels) and dots_fit(grad, xl, upstream)
+    by_row = simd and edges_at_once(heads, channels) and typed_contiguous(grad, xl, upstream)
     if by_row:
         for e in range(start, end):
             if e + PREFETCH_DISTANCE < nnz:

@@ -67,8 +67,8 @@ from numba import njit
 from .activations import LEAKY_RELU, act
 from .combine import combine_rows
 from .edge import edge_z
-from .head_sums import leaky_scores, scores_fit
-from .ir_parts import ALL_HEADS, heads_at_once
+from .head_sums import leaky_scores
+from .ir_parts import ALL_HEADS, heads_at_once, typed_contiguous
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
 from .simd import leaky_dot, leaky_edge_score, leaky_score
 from .softmax import softmax_row
@@ -95,14 +95,14 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
     simd = kind == LEAKY_RELU and xl.strides[2] == xl.itemsize and xr.strides[2] == xr.itemsize \
         and att.strides[1] == att.itemsize
     # every head's score at once (head_sums.py)
-    together = simd and heads_at_once(heads, channels) and scores_fit(att, xr, xl, alpha)
+    together = simd and heads_at_once(heads, channels) and typed_contiguous(att, xr, xl, alpha)
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
         # scores e_ij of all heads, kept in alpha until normalised; one gather
         # of xl[j] per edge, the rows of later edges prefetched
         # every head at once (head_sums.py); `together` implies what leaky_scores needs to write
-        # (heads_at_once: whole vectors; scores_fit: C-contiguous), so it always writes
+        # (heads_at_once: whole vectors; typed_contiguous: its arrays), so it always writes
         for e in range(start, end if together else start):
             if e + PREFETCH_DISTANCE < nnz:
                 prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)

@@ -38,7 +38,7 @@ in C-contiguous arrays, and return False otherwise (nothing written).
 """
 
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -49,7 +49,9 @@ from .ir_parts import (
     element_pointer,
     lane_groups,
     load_index,
+    one_head_in_vectors,
     outlined,
+    whole_vectors,
 )
 from .simd import LANES, load_vector, row_pointer, splat
 
@@ -101,7 +103,7 @@ def _all_heads(builder, heads, channels, fty, out, e, lanes):
     intp = heads.type
     eight = ir.Constant(intp, LANES)
     vec_ty = ir.VectorType(fty, LANES)
-    whole = builder.icmp_unsigned("==", builder.urem(channels, eight), ir.Constant(intp, 0))
+    whole = whole_vectors(builder, channels)
 
     def group(first, count):
         accs = [cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in range(count)]
@@ -161,47 +163,12 @@ def leaky_scores(typingctx, att, xr, i, xl, j, slope, out, e):
 
 
 @intrinsic
-def scores_fit(typingctx, att, xr, xl, out):
-    """Whether :func:`leaky_scores` reads these arrays (all C-contiguous as Numba types them): a constant
-    of the compiled kernel, which takes the loop of :func:`leaky_scores` only where it writes."""
-    if not _arrays_fit((att, xr, xl, out), (2, 3, 3, 2)):
-        return None
-    fits = all_contiguous(att, xr, xl, out)
-
-    def codegen(context, builder, signature, args):
-        return ir.Constant(_BOOL, int(fits))
-
-    return types.boolean(att, xr, xl, out), codegen
-
-
-@njit(inline="always", cache=True)
-def edges_at_once(heads, channels):
-    """Whether :func:`row_dots` takes a row's edges side by side: one head whose channels fill whole
-    vectors."""
-    return heads == 1 and channels % LANES == 0
-
-
-@intrinsic
-def dots_fit(typingctx, grad, xl, out):
-    """Whether :func:`row_dots` reads these arrays (all C-contiguous as Numba types them): a constant of
-    the compiled kernel, as :func:`scores_fit`."""
-    if not _arrays_fit((grad, xl, out), (3, 3, 2)):
-        return None
-    fits = all_contiguous(grad, xl, out)
-
-    def codegen(context, builder, signature, args):
-        return ir.Constant(_BOOL, int(fits))
-
-    return types.boolean(grad, xl, out), codegen
-
-
-@intrinsic
 def row_dots(typingctx, grad, i, xl, indices, out, lo, hi):
     """``out[e, 0] = simd.dot_rows(grad, i, xl, indices[e], 0)`` for the edges ``e`` in ``[lo, hi)`` of row
-    ``i`` (the target pass's ``A_ij``), one head (:func:`edges_at_once`), up to 8 edges side by side: each
+    ``i`` (the target pass's ``A_ij``), one head (``ir_parts.edges_at_once``), up to 8 edges side by side: each
     edge's vector sum, then their trees interleaved as the heads' are (:func:`hsum_heads`) and the
     results stored as one vector. Returns whether it did (one head of whole vectors in C-contiguous
-    arrays, :func:`dots_fit`; else False, nothing written).
+    arrays, ``ir_parts.typed_contiguous``; else False, nothing written).
 
     One edge's ``A_ij`` is a chain of dependent adds (a vector sum per 8
     channels, then the tree); one edge at a time, the next edge's chain
@@ -230,13 +197,10 @@ def row_dots(typingctx, grad, i, xl, indices, out, lo, hi):
         one = ir.Constant(intp, 1)
         fits = builder.and_(
             builder.and_(
-                builder.icmp_unsigned("==", heads, one),
+                one_head_in_vectors(builder, heads, channels),
                 builder.icmp_unsigned("==", builder.extract_value(arr_out.shape, 1), one),
             ),
-            builder.and_(
-                builder.icmp_unsigned("==", builder.urem(channels, eight), zero),
-                builder.icmp_signed("<=", lo, hi),  # a row's count of edges is never negative
-            ),
+            builder.icmp_signed("<=", lo, hi),  # a row's count of edges is never negative
         )
         vec_ty = ir.VectorType(arr_out.data.type.pointee, LANES)
         idx_ty = signature.args[3]

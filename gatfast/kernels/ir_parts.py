@@ -11,8 +11,9 @@ codegens (arguments by name, vector constants), every head at once
 from types import SimpleNamespace
 
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .simd import LANES, element_pointer, splat
 
@@ -21,11 +22,67 @@ from .simd import LANES, element_pointer, splat
 ALL_HEADS = -1
 
 
-@njit(inline="always", cache=True)
-def heads_at_once(heads, channels):
-    """Whether several heads fill whole vectors: the intrinsics then take every head of a row in one walk
-    (:func:`for_heads`, which tests the same in IR; the forward kernel's scores, ``head_sums.py``, here)."""
-    return heads > 1 and channels % LANES == 0
+def whole_vectors(builder, channels):
+    """IR: whether ``channels`` fill whole 8-lane vectors (``C mod 8 == 0``)."""
+    zero = ir.Constant(channels.type, 0)
+    return builder.icmp_unsigned("==", builder.urem(channels, ir.Constant(channels.type, LANES)), zero)
+
+
+def several_heads_fused(builder, heads, channels):
+    """IR: whether several heads fill whole vectors, so a row's heads are walked as one run of ``H * C``
+    channels (:func:`for_heads`; the forward kernel's scores through :func:`heads_at_once`)."""
+    return builder.and_(
+        builder.icmp_signed(">", heads, ir.Constant(heads.type, 1)), whole_vectors(builder, channels)
+    )
+
+
+def one_head_in_vectors(builder, heads, channels):
+    """IR: one head whose channels fill whole vectors (``head_sums.row_dots``, :func:`edges_at_once`)."""
+    return builder.and_(
+        builder.icmp_unsigned("==", heads, ir.Constant(heads.type, 1)), whole_vectors(builder, channels)
+    )
+
+
+def _count_test(name, test):
+    """An intrinsic ``name(heads, channels)`` that returns ``test(builder, heads, channels)``: a kernel asks
+    in Numba code what an intrinsic asks in IR, from the one definition."""
+
+    def typer(typingctx, heads, channels):
+        if not (isinstance(heads, types.Integer) and isinstance(channels, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            h, c = (context.cast(builder, v, t, types.intp) for v, t in zip(args, signature.args))
+            return test(builder, h, c)
+
+        return types.boolean(heads, channels), codegen
+
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+#: Whether several heads fill whole vectors (:func:`several_heads_fused`), for a kernel's own loops.
+heads_at_once = _count_test("heads_at_once", several_heads_fused)
+#: Whether one head fills whole vectors (:func:`one_head_in_vectors`), for a kernel's own loops.
+edges_at_once = _count_test("edges_at_once", one_head_in_vectors)
+
+
+@intrinsic
+def typed_contiguous(typingctx, *arrays):
+    """Whether Numba types every one of ``arrays`` (float arrays of one dtype) C-contiguous: a constant of
+    the compiled kernel. The vector intrinsics compile their code only for C-contiguous arrays and write
+    nothing otherwise; a kernel that must choose its loop before calling one asks this with the same
+    arrays (the forward kernel's scores, the target pass's ``A_ij``)."""
+    if not all(isinstance(a, types.Array) and isinstance(a.dtype, types.Float) for a in arrays):
+        return None
+    if len({a.dtype for a in arrays}) != 1:
+        return None
+    fits = all_contiguous(*arrays)
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(1), int(fits))
+
+    return types.boolean(types.StarArgTuple.from_types(arrays)), codegen
 
 
 def store_vector(builder, ptr, index, value):
@@ -74,7 +131,7 @@ def for_heads(builder, h, heads, channels, body, fusable=True):
 
     - ``h >= 0``: head ``h``'s ``C`` channels (``fused`` False).
     - ``h == ALL_HEADS`` with several heads whose channels fill whole
-      vectors (:func:`heads_at_once`), where ``fusable``: all ``H * C``
+      vectors (:func:`several_heads_fused`), where ``fusable``: all ``H * C``
       channels of a row as one run from head 0 (a C-contiguous ``(H, C)``
       row is one), each vector lying in one head, so the loop over the row's
       edges runs once per group of vectors instead of once per head
@@ -104,8 +161,7 @@ def for_heads(builder, h, heads, channels, body, fusable=True):
     if not fusable:
         head_by_head()
         return
-    whole = builder.icmp_unsigned("==", builder.urem(channels, ir.Constant(intp, LANES)), zero)
-    fused = builder.and_(builder.and_(every, builder.icmp_signed(">", heads, one)), whole)
+    fused = builder.and_(every, several_heads_fused(builder, heads, channels))
     with builder.if_else(fused) as (together, apart):
         with together:
             body(zero, builder.mul(heads, channels), lambda offset: builder.udiv(offset, channels), True)
