@@ -287,9 +287,9 @@ def test_compare_rounds_alternate_the_libraries_and_report_the_median_of_the_rou
     order = []
     spawn = runs.spawn
 
-    def spy(script, lib, name, args, jemalloc, repo, extra=()):
+    def spy(script, lib, name, args, jemalloc, repo, extra=(), **kw):
         order.append((lib, tuple(extra)))
-        return spawn(script, lib, name, args, jemalloc, repo, extra)
+        return spawn(script, lib, name, args, jemalloc, repo, extra, **kw)
 
     monkeypatch.setattr(runs, "spawn", spy)
     libs = "gatfast,pyg" if _has_pyg() else "gatfast"
@@ -308,6 +308,16 @@ def test_compare_rounds_alternate_the_libraries_and_report_the_median_of_the_rou
         assert saves == [True, False, False]
     single = {"lib": "gatfast", "forward_backward_median_ms": 1.0}
     assert runs.combine_rounds([single]) is single
+
+
+@pytest.mark.parametrize("stdout", ["", "\n", "compiling...\n", '{"lib": "gatfast"', "[1, 2]\n"])
+def test_a_worker_without_its_json_result_is_an_error_that_names_it(stdout):
+    with pytest.raises(RuntimeError, match="worker pyg scene exited 0 without a JSON result"):
+        runs.parse_result(stdout, "worker pyg scene")
+
+
+def test_a_workers_result_is_its_last_line():
+    assert runs.parse_result('notice\n{"lib": "pyg", "x": 1}\n', "w") == {"lib": "pyg", "x": 1}
 
 
 def _has_pyg():

@@ -62,8 +62,11 @@ def worker_env(lib, args, jemalloc, repo):
     return env
 
 
-def spawn(script, lib, name, args, jemalloc, repo, extra=()):
-    """Run one worker of ``script`` in a fresh process; its result is the last line of its stdout (JSON)."""
+def spawn(script, lib, name, args, jemalloc, repo, extra=(), result=True):
+    """Run one worker of ``script`` in a fresh process; its result is the last line of its stdout (JSON).
+
+    ``result=False``: a worker that prints no result (``--reference-only``); returns None.
+    """
     python = args.dgl_python if lib == "dgl" else sys.executable
     cmd = [python, str(script), "--worker", lib, name, "--size", args.size, "--reps", str(args.reps),
            "--threads", str(args.threads), *extra]
@@ -71,8 +74,23 @@ def spawn(script, lib, name, args, jemalloc, repo, extra=()):
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr)
         raise RuntimeError(f"worker {lib} {name} failed with exit code {proc.returncode}")
-    lines = proc.stdout.strip().splitlines()
-    return json.loads(lines[-1]) if lines else None
+    if not result:
+        return None
+    return parse_result(proc.stdout, f"worker {lib} {name}")
+
+
+def parse_result(stdout, who):
+    """The JSON object on the last line of a worker's ``stdout``; RuntimeError naming ``who`` if there is none
+    (a worker that exits 0 without its result must not pass as a run with no figures)."""
+    lines = stdout.strip().splitlines()
+    try:
+        value = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        tail = lines[-1][:200] if lines else "nothing"
+        raise RuntimeError(f"{who} exited 0 without a JSON result on its last line of output (got {tail!r})")
+    return value
 
 
 class Progress:
@@ -136,7 +154,8 @@ def run_all(script, names, libs, args, jemalloc, repo):
             peers = [lib for lib in libs_here if lib != "gatfast"]
             ref = refdir / f"{name}.npz"
             if peers and "gatfast" not in libs_here:  # gatfast's outputs without timing gatfast
-                spawn(script, "gatfast", name, args, jemalloc, repo, ["--reference-only", "--save-reference", str(ref)])
+                spawn(script, "gatfast", name, args, jemalloc, repo, ["--reference-only", "--save-reference", str(ref)],
+                      result=False)
             got = {lib: [] for lib in libs_here}
             for k in range(rounds):
                 # the first round in plan order: gatfast's run saves the reference the peers check against
