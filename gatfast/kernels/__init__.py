@@ -27,6 +27,7 @@ from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
 from .reduce import column_sums
 from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
+from .transpose import transpose_into
 
 __all__ = [
     "readonly",
@@ -49,6 +50,7 @@ __all__ = [
     "gatv2_forward_rows",
     "gatv2_pairwise_theta_r_rows",
     "num_att_blocks",
+    "transpose",
 ]
 
 
@@ -86,6 +88,25 @@ def column_sum(a):
     out = np.empty(a.shape[1], a.dtype)
     column_sums(readonly(a), out)
     return out
+
+
+def transpose(a):
+    """``a.T`` as a new C-contiguous array (the same values), in tiles (``transpose.py``).
+
+    A C-contiguous 2-D float32 or float64 array goes to the kernel; any
+    other array is copied by NumPy. Never a view of ``a``.
+    """
+    if (
+        a.ndim == 2
+        and a.dtype.kind == "f"
+        and a.dtype.itemsize in (4, 8)
+        and a.size > 0
+        and a.flags.c_contiguous
+    ):
+        out = np.empty(a.shape[::-1], a.dtype)
+        transpose_into(readonly(a), out)
+        return out
+    return np.array(a.T, order="C")  # a copy, also where a.T is already C-contiguous
 
 
 # Every kernel module, imported before any kernel loads from Numba's cache, so that entries compiled

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 
 from .. import _runtime
-from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly
+from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly, transpose
 from ..kernels.dense_grads import BLOCK, dense_grad_chunks
 from ..kernels.dense_small import project2, project2_backward
 from ..kernels.gemm import TILE_BYTES, matmul_rows
@@ -160,10 +160,7 @@ def dense_projections(x, pairs):
     tile = all(tiled(x, out) for _, _, out in pairs)
     if tile:
         x_ro = readonly(x)
-        plans = [
-            (readonly(np.ascontiguousarray(W.T)), readonly(bias_or_empty(b, x.dtype)), out)
-            for W, b, out in pairs
-        ]
+        plans = [(readonly(transpose(W)), readonly(bias_or_empty(b, x.dtype)), out) for W, b, out in pairs]
 
         def task(start, stop):
             for wt, b, out in plans:
@@ -256,7 +253,7 @@ def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
         gW = _in_order(list(gw[:, side]))
         parts.append(
             (
-                np.ascontiguousarray(gW.T) if transposed else gW,
+                transpose(gW) if transposed else gW,
                 _in_order(list(gb[:, side])) if with_bias else None,
             )
         )
@@ -292,9 +289,16 @@ def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
     ]
 
 
+def _c_rows(dense):
+    """``dense`` with C-contiguous rows: itself, or a copy (``W.T``, the usual argument, in tiles)."""
+    if dense.flags.c_contiguous:
+        return dense
+    return transpose(dense.T) if dense.ndim == 2 else np.ascontiguousarray(dense)
+
+
 def sparse_matmul(a, dense, bias, out):
     """``out = a @ dense (+ bias)`` for a CSR ``a``, rows in chunks on threads (bias of size 0: none)."""
-    args = (a.indptr, a.indices, a.data, readonly(np.ascontiguousarray(dense)), bias, out)
+    args = (a.indptr, a.indices, a.data, readonly(_c_rows(dense)), bias, out)
     _runtime.run_rows(csr_dense_matmul_rows, a.shape[0], args, a.nnz * dense.shape[1])
 
 
@@ -304,8 +308,8 @@ def sparse_matmul2(a, dense_a, dense_b, bias_a, bias_b, out_a, out_b):
         a.indptr,
         a.indices,
         a.data,
-        readonly(np.ascontiguousarray(dense_a)),
-        readonly(np.ascontiguousarray(dense_b)),
+        readonly(_c_rows(dense_a)),
+        readonly(_c_rows(dense_b)),
         bias_a,
         bias_b,
         out_a,
@@ -385,5 +389,5 @@ def weight_grad(grad, x, x_t=None):
     if x_t is not None:
         g = np.empty((x_t.shape[0], grad.shape[1]), grad.dtype)
         sparse_matmul(x_t, grad, np.zeros(0, grad.dtype), g)
-        return np.ascontiguousarray(g.T)
+        return transpose(g)
     return grad.T @ x

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..kernels import transpose
 from .dense import dense_backward, is_small, matmul_add, small_projection_grads, sparse_matmul2, weight_grad
 from .rowwise import bias_gradient
 
@@ -69,7 +70,7 @@ def _same_input(layer, x, grad_xl, grad_xr, params, ws, need_x=True):
     g_r = np.empty((x_t.shape[0], H * C), x.dtype)
     empty = np.zeros(0, x.dtype)
     sparse_matmul2(x_t, grad_xl, grad_xr, empty, empty, g_l, g_r)
-    grads["W_l"], grads["W_r"] = np.ascontiguousarray(g_l.T), np.ascontiguousarray(g_r.T)
+    grads["W_l"], grads["W_r"] = transpose(g_l), transpose(g_r)
     grads["b_l"] = bias_gradient(grad_xl) if bias else None
     grads["b_r"] = bias_gradient(grad_xr) if bias else None
     return grads, None
