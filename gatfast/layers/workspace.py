@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+
+from ..kernels import readonly
+from ..kernels.sparse import gather_if_same
 
 __all__ = ["Workspace"]
 
@@ -17,9 +21,8 @@ class _KeptTranspose(NamedTuple):
     shape: tuple  # of the input
     indptr: np.ndarray  # copies of the input's, to compare the next input with (read-only)
     indices: np.ndarray
-    t_indptr: np.ndarray  # the transpose's structure
-    t_indices: np.ndarray
     positions: np.ndarray  # the index in the input's ``data`` of each of the transpose's values (read-only)
+    template: sp.csr_array  # the transpose; each call returns a shallow copy with its own values
 
 
 def _size(shape):
@@ -90,34 +93,44 @@ class Workspace:
         of words, or the same words after feature dropout (new values, the
         same positions). On Cora (49,216 nonzeros, 2-vCPU AMD EPYC)
         ``x.T.tocsr()`` took 0.25-0.34 ms of a 7 ms step, up to 1 ms with the
-        system allocator; the kept structure, 0.13-0.21 ms (two comparisons
-        of index arrays and the gather of the values).
+        system allocator. The kept structure first took 0.19 ms a call (two
+        ``numpy.array_equal`` of the index arrays, a fancy index for the
+        values and scipy's constructor, Intel Xeon, one thread); one kernel
+        that compares and gathers (``kernels.sparse.gather_if_same``) and a
+        shallow copy of a kept matrix take about a fifth of that.
         Kept: copies of ``indptr`` and ``indices`` to compare the next
-        ``x`` with, the transpose's own two, and the position in ``x.data``
-        of each of its values; ``x.T.tocsr()`` moves values by position
-        alone, so gathering ``x.data`` there gives its bits. An ``x`` changed
-        in place or new is compared by its arrays, never by identity.
+        ``x`` with, the transpose (its structure), and the position in
+        ``x.data`` of each of its values; ``x.T.tocsr()`` moves values by
+        position alone, so gathering ``x.data`` there gives its bits. An
+        ``x`` changed in place or new is compared by its arrays, never by
+        identity. Each call returns a new matrix with new values, sharing
+        the kept (read-only in use) structure arrays.
         """
         if x.format != "csr":  # the layers pass CSR (check_features); anything else is read as one
             x = x.tocsr()
         kept = self._transposes.get(key)
-        if kept is None or not _same_structure(kept, x):
+        data = np.empty(x.indices.size, x.data.dtype)
+        if kept is None or not _gather_if_same(kept, x, data):
             positions = sp.csr_array(
                 (np.arange(x.indices.size), x.indices, x.indptr), shape=x.shape
             ).T.tocsr()
+            # t_indptr and t_indices stay writable: the product kernels take them, and read-only arrays
+            # would be another specialisation to compile; only those kernels, which read them, get them
+            template = sp.csr_array(
+                (_zeros(x.indices.size, x.data.dtype), positions.indices, positions.indptr),
+                shape=x.shape[::-1],
+                copy=False,
+            )
             kept = _KeptTranspose(
-                x.shape,
-                _frozen(x.indptr),
-                _frozen(x.indices),
-                positions.indptr,
-                positions.indices,
-                _frozen(positions.data),
+                x.shape, _frozen(x.indptr), _frozen(x.indices), _frozen(positions.data), template
             )
             self._transposes[key] = kept
-        # t_indptr and t_indices stay writable: the product kernels take them, and read-only arrays would
-        # be another specialisation to compile; only those kernels, which read them, get them
-        data = x.data[kept.positions]
-        return sp.csr_array((data, kept.t_indices, kept.t_indptr), shape=x.shape[::-1], copy=False)
+            _gather_if_same(kept, x, data)
+        # a shallow copy shares the kept structure and holds these values: what the constructor makes,
+        # without its checks of the structure (20 us a call)
+        t = copy.copy(kept.template)
+        t.data = data
+        return t
 
     def clear(self):
         """Drop every kept array."""
@@ -132,11 +145,17 @@ def _frozen(arr):
     return arr
 
 
-def _same_structure(kept, x):
-    """Whether the CSR matrix ``x`` has the shape, ``indptr`` and ``indices`` (dtypes too) of ``kept``."""
-    pairs = ((kept.indptr, x.indptr), (kept.indices, x.indices))
-    return (
-        x.shape == kept.shape
-        and all(a.dtype == b.dtype and a.shape == b.shape for a, b in pairs)
-        and all(np.array_equal(a, b) for a, b in pairs)
-    )
+def _zeros(n, dtype):
+    """``n`` zeros of ``dtype`` in the memory of one (a read-only broadcast): a kept template's values,
+    never read (each copy gets its own)."""
+    return np.broadcast_to(np.zeros(1, dtype), (n,))
+
+
+def _gather_if_same(kept, x, out):
+    """Whether the CSR matrix ``x`` has the shape, ``indptr`` and ``indices`` (dtypes too) of ``kept``;
+    where it does, ``out`` gets its values in the kept transpose's order."""
+    if x.shape != kept.shape or x.indptr.dtype != kept.indptr.dtype or x.indices.dtype != kept.indices.dtype:
+        return False
+    # read-only views: one compiled kernel, whatever the flags of x's arrays
+    ptr, idx, data = readonly(x.indptr), readonly(x.indices), readonly(x.data)
+    return gather_if_same(kept.indptr, ptr, kept.indices, idx, kept.positions, data, out)
