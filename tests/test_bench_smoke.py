@@ -316,6 +316,17 @@ def test_a_worker_without_its_json_result_is_an_error_that_names_it(stdout):
         runs.parse_result(stdout, "worker pyg scene")
 
 
+def test_spawn_refuses_a_worker_that_printed_no_result_unless_none_is_expected(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0, stdout="", stderr=""))
+    args = SimpleNamespace(dgl_python=None, size="tiny", reps=1, threads=1)
+    monkeypatch.setattr(runs, "worker_env", lambda *a: {})
+    with pytest.raises(RuntimeError, match="worker gatfast scene exited 0 without a JSON result"):
+        runs.spawn("compare.py", "gatfast", "scene", args, None, None)
+    assert runs.spawn("compare.py", "gatfast", "scene", args, None, None, ["--reference-only"], result=False) is None
+
+
 def test_a_workers_result_is_its_last_line():
     assert runs.parse_result('notice\n{"lib": "pyg", "x": 1}\n', "w") == {"lib": "pyg", "x": 1}
 

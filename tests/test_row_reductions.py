@@ -101,3 +101,9 @@ def test_all_finite_other_dtypes():
     assert all_finite(np.ones(10_000, np.float16))
     assert not all_finite(np.full(10_000, np.inf, np.float16))
     assert all_finite(np.arange(10_000))
+
+
+def test_column_sum_of_another_byte_order_is_numpys():
+    a = np.arange(12.0, dtype=">f4").reshape(4, 3)  # not a type the kernel is compiled for
+    got = column_sum(a)
+    np.testing.assert_array_equal(got, a.sum(axis=0))

@@ -28,6 +28,7 @@ def test_the_transpose_of_a_c_contiguous_matrix_is_a_new_c_contiguous_copy(dtype
         lambda a: a.astype(np.int64),  # not float: numpy's copy
         lambda a: a[:0],  # empty
         lambda a: a[0],  # 1-D
+        lambda a: a.astype(">f4"),  # float32 in the other byte order
     ],
 )
 def test_other_arrays_get_a_copy_of_numpys_transpose(make):

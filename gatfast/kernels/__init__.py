@@ -70,6 +70,10 @@ def readonly(arr):
     return view
 
 
+#: the dtypes the helpers below hand to their kernels (native byte order; others go to NumPy)
+_KERNEL_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def column_sum(a):
     """``a.sum(axis=0)`` for a 2-D float array: the same bits as numpy's, several times faster.
 
@@ -77,13 +81,7 @@ def column_sum(a):
     arrays and other dtypes take numpy's path; either way a new 1-D array of
     ``a.shape[1]`` values.
     """
-    if (
-        a.ndim != 2
-        or a.shape[1] < 2
-        or not a.flags.c_contiguous
-        or a.dtype.kind != "f"
-        or a.dtype.itemsize not in (4, 8)
-    ):
+    if a.ndim != 2 or a.shape[1] < 2 or not a.flags.c_contiguous or a.dtype not in _KERNEL_FLOATS:
         return a.sum(axis=0)
     out = np.empty(a.shape[1], a.dtype)
     column_sums(readonly(a), out)
@@ -96,13 +94,7 @@ def transpose(a):
     A C-contiguous 2-D float32 or float64 array goes to the kernel; any
     other array is copied by NumPy. Never a view of ``a``.
     """
-    if (
-        a.ndim == 2
-        and a.dtype.kind == "f"
-        and a.dtype.itemsize in (4, 8)
-        and a.size > 0
-        and a.flags.c_contiguous
-    ):
+    if a.ndim == 2 and a.dtype in _KERNEL_FLOATS and a.size > 0 and a.flags.c_contiguous:
         out = np.empty(a.shape[::-1], a.dtype)
         transpose_into(readonly(a), out)
         return out

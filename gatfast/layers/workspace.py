@@ -104,7 +104,9 @@ class Workspace:
         position alone, so gathering ``x.data`` there gives its bits. An
         ``x`` changed in place or new is compared by its arrays, never by
         identity. Each call returns a new matrix with new values, sharing
-        the kept (read-only in use) structure arrays.
+        the kept structure arrays: a caller must not change its structure
+        in place (``sum_duplicates``, ``eliminate_zeros``); the layers only
+        read it.
         """
         if x.format != "csr":  # the layers pass CSR (check_features); anything else is read as one
             x = x.tocsr()
@@ -125,7 +127,10 @@ class Workspace:
                 x.shape, _frozen(x.indptr), _frozen(x.indices), _frozen(positions.data), template
             )
             self._transposes[key] = kept
-            _gather_if_same(kept, x, data)
+            if not _gather_if_same(
+                kept, x, data
+            ):  # the structure just kept: never, unless x changed meanwhile
+                raise RuntimeError("the sparse features changed while their transpose was being built")
         # a shallow copy shares the kept structure and holds these values: what the constructor makes,
         # without its checks of the structure (20 us a call)
         t = copy.copy(kept.template)
