@@ -127,9 +127,8 @@ class Workspace:
                 x.shape, _frozen(x.indptr), _frozen(x.indices), _frozen(positions.data), template
             )
             self._transposes[key] = kept
-            if not _gather_if_same(
-                kept, x, data
-            ):  # the structure just kept: never, unless x changed meanwhile
+            # the structure just kept, so this fails only if x changed while it was being built
+            if not _gather_if_same(kept, x, data):
                 raise RuntimeError("the sparse features changed while their transpose was being built")
         # a shallow copy shares the kept structure and holds these values: what the constructor makes,
         # without its checks of the structure (20 us a call)
