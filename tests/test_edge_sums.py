@@ -140,7 +140,7 @@ def test_source_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
+@pytest.mark.parametrize("dims", [1, 4, 9, 14])  # attributes in blocks of 8, then 4, then one at a time
 def test_source_edge_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype, heads, channels, dims):
     """With edge features: the vector sums against the plain loop (strided), and with prefetch."""
     from gatfast.kernels import gatv2_backward_source_edge_rows
@@ -174,7 +174,7 @@ def test_source_edge_pass_gives_the_same_bits_with_and_without_the_vector_sums(d
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
+@pytest.mark.parametrize("dims", [1, 4, 9, 14])  # attributes in blocks of 8, then 4, then one at a time
 def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(dtype, heads, channels, dims):
     """Contiguous outputs take ``target_edge_terms``; a strided ``p_out`` makes it step aside for the loops,
     and ``weT`` of another layout (contiguous channels, not C-contiguous) makes ``attribute_grads`` step aside
@@ -296,7 +296,7 @@ def test_the_target_pass_refuses_signs_it_would_not_write_whole():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
+@pytest.mark.parametrize("dims", [1, 4, 9, 14])  # attributes in blocks of 8, then 4, then one at a time
 def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads, channels, dims):
     """``gatv2_backward_source_sign_rows`` against the edge source pass that forms ``z`` (both prefetch)."""
     from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_backward_source_sign_rows
@@ -337,7 +337,7 @@ def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads,
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
-@pytest.mark.parametrize("dims", [1, 4, 9])  # 9: groups of 4 attributes, then one
+@pytest.mark.parametrize("dims", [1, 4, 9, 14])  # attributes in blocks of 8, then 4, then one at a time
 def test_forward_edge_scores_formed_in_registers_give_the_scratch_rows_bits(dtype, heads, channels, dims):
     """``simd.leaky_edge_score`` (contiguous rows) against ``edge_z`` + ``leaky_dot`` (strided ``xl``)."""
     from gatfast.kernels import gatv2_forward_edge_rows
