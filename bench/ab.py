@@ -10,9 +10,11 @@ steps (the training step for a training workload) and reports their median;
 a version's figure is the median of its rounds.
 
 A version is a git revision, checked out into a temporary worktree that is
-removed afterwards, or ``.`` for this working tree as it is (uncommitted
-changes included). Each version compiles into its own Numba cache
-directory. Numba, BLAS and OpenMP run at ``--threads``.
+removed afterwards (on an error, Ctrl-C or SIGTERM too; only the worktrees
+this run added), or ``.`` for this working tree as it is (uncommitted
+changes included; the report names HEAD and says whether the tree had
+changes when the run started). Each version compiles into its own Numba
+cache directory. Numba, BLAS and OpenMP run at ``--threads``.
 
 Usage::
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -78,6 +81,20 @@ def resolve(version):
     return version, found.stdout.strip()
 
 
+def describe(commit):
+    """What a version is, for the report: its commit, or the working tree's HEAD and whether it has changes
+    (read once, at the start: an edit during the run would mix versions)."""
+    if commit is not None:
+        return commit
+    head = _git("rev-parse", "HEAD").stdout.strip()
+    dirty = _git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return f"{head}" + (" with uncommitted changes" if dirty else "")
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through the worktrees' cleanup, as Ctrl-C does
+
+
 def run_once(tree, name, size, steps, env):
     """The median step (ms) of one fresh process running ``tree``'s gatfast."""
     env = dict(env, PYTHONPATH=str(tree))
@@ -117,7 +134,7 @@ def compare(name, versions, args, work_dir):
     return rounds
 
 
-def report(name, rounds, args, cpu, command):
+def report(name, rounds, described, args, cpu, command):
     labels = list(rounds)
     base = statistics.median(rounds[labels[0]])
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -130,13 +147,13 @@ def report(name, rounds, args, cpu, command):
         f"{workloads.WORKLOADS[name][1]}. Median of {args.steps} steps per process, "
         f"{args.rounds} fresh processes per version in alternating order.",
         "",
-        "| version | median of the rounds (ms) | rounds (ms) | / base |",
-        "|---|---:|---|---:|",
+        "| version | commit | median of the rounds (ms) | rounds (ms) | / base |",
+        "|---|---|---:|---|---:|",
     ]
     for label in labels:
         median = statistics.median(rounds[label])
         runs = " / ".join(f"{v:.3f}" for v in rounds[label])
-        lines.append(f"| {label} | {median:.3f} | {runs} | {median / base:.3f} |")
+        lines.append(f"| {label} | {described[label]} | {median:.3f} | {runs} | {median / base:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -166,18 +183,23 @@ def main(argv=None):
     out = outdirs.resolve_out(parser, args, "ab", args.size)
     from rooflib.cpu import CPU
 
-    with tempfile.TemporaryDirectory(prefix="gatfast-ab-") as work_dir:
-        try:
-            rounds = compare(args.workload, versions, args, work_dir)
-        finally:
-            for k in range(len(versions)):
-                tree = Path(work_dir) / f"tree{k}"
-                if tree.exists():
-                    _git("worktree", "remove", "--force", str(tree))
-            _git("worktree", "prune")
+    described = {label: describe(commit) for label, commit in versions}
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gatfast-ab-") as work_dir:
+            try:
+                rounds = compare(args.workload, versions, args, work_dir)
+            finally:  # only the worktrees this run added: the user's own are left alone
+                for k in range(len(versions)):
+                    tree = Path(work_dir) / f"tree{k}"
+                    if tree.exists():
+                        _git("worktree", "remove", "--force", str(tree))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     command = "python bench/ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = report(args.workload, rounds, args, CPU, command)
-    outdirs.write_report(out, "ab", {"cpu": CPU, "workload": args.workload, "rounds": rounds}, text)
+    text = report(args.workload, rounds, described, args, CPU, command)
+    result = {"cpu": CPU, "workload": args.workload, "versions": described, "rounds": rounds}
+    outdirs.write_report(out, "ab", result, text)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def jit_entries():
 
 
 def _start_perf(data, frequency):
-    """``perf record`` of this process into ``data``; returns once it samples."""
+    """``perf record`` of this process into ``data`` (its messages into ``data.log``); returns once it samples."""
     cmd = [
         "perf",
         "record",
@@ -85,17 +85,36 @@ def _start_perf(data, frequency):
         "-o",
         str(data),
     ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(data.with_suffix(".log"), "w") as log:  # a file, not a pipe nobody reads while perf runs
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 10.0
     while not (data.exists() and data.stat().st_size > 0):
         if proc.poll() is not None:
-            raise RuntimeError(f"perf record exited with {proc.returncode}: {proc.stderr.read().strip()}")
+            raise RuntimeError(f"perf record exited with {proc.returncode}: {_perf_log(data)}")
         if time.monotonic() > deadline:
-            proc.kill()
+            _stop_perf(proc, data, check=False)
             raise RuntimeError("perf record did not start within 10 s")
         time.sleep(0.05)
     time.sleep(0.2)  # it writes its header before it attaches to every thread
     return proc
+
+
+def _perf_log(data):
+    log = data.with_suffix(".log")
+    return log.read_text().strip()[-2000:] if log.exists() else ""
+
+
+def _stop_perf(proc, data, check=True):
+    """Stop ``perf record`` (SIGINT: it writes its data and exits), killing it if it hangs; with ``check``,
+    RuntimeError unless it exited cleanly."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if check and proc.returncode not in (0, -signal.SIGINT):
+        raise RuntimeError(f"perf record exited with {proc.returncode}: {_perf_log(data)}")
 
 
 def dump_code(entries, hot, path):
@@ -134,9 +153,10 @@ def child(name, size, seconds, frequency, data, hot=None):
             t0 = time.perf_counter()
             runner.forward_backward()
             times.append(time.perf_counter() - t0)
-    finally:
-        perf.send_signal(signal.SIGINT)
-        perf.wait(timeout=60)
+    except BaseException:
+        _stop_perf(perf, Path(data), check=False)  # the step's error is the one to report
+        raise
+    _stop_perf(perf, Path(data))
     print(
         json.dumps(
             {
@@ -174,13 +194,13 @@ def profile(name, args):
             str(data),
         ]
         cmd += ["--hot", args.hot] if args.hot else []
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.seconds + 1800)
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
             raise RuntimeError(f"profiling {name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
         result = json.loads(lines[-1])
         script = subprocess.run(
-            ["perf", "script", "-i", str(data), "-F", "tid,ip,sym,dso"], capture_output=True, text=True
+            ["perf", "script", "-i", str(data), "-F", "tid,period,ip,sym,dso"], capture_output=True, text=True
         )
         if script.returncode != 0:
             raise RuntimeError(f"perf script failed: {script.stderr.strip()[-2000:]}")
@@ -188,10 +208,10 @@ def profile(name, args):
         result["hot"] = (
             _hot(samples, result.pop("hot_address"), data.with_suffix(".code"), args) if args.hot else None
         )
-    counts = proflib.attribute(samples, proflib.JitMap([tuple(e) for e in result.pop("entries")]))
+    times = proflib.attribute(samples, proflib.JitMap([tuple(e) for e in result.pop("entries")]))
     result["samples"] = len(samples)
-    result["cpu_per_wall"] = len(samples) / args.frequency / result["wall_s"] if result["wall_s"] else 0.0
-    result["rows"] = proflib.rows(counts, args.frequency, result["steps"])
+    result["cpu_per_wall"] = 1e-9 * sum(times.values()) / result["wall_s"] if result["wall_s"] else 0.0
+    result["rows"] = proflib.rows(times, result["steps"])
     result["top_symbols"] = proflib.top_symbols(samples)
     return result
 
@@ -206,7 +226,7 @@ def _hot(samples, address, code, args):
         return ["objdump (binutils) is not installed: no instruction listing"]
     size = code.stat().st_size
     ips = proflib.Counter(
-        ip for _, ip, _, dso in samples if proflib.is_jit(dso) and address <= ip < address + size
+        ip for _, ip, _, dso, _ in samples if proflib.is_jit(dso) and address <= ip < address + size
     )
     dis = subprocess.run(
         ["objdump", "-D", "-b", "binary", "-mi386:x86-64", f"--adjust-vma={address:#x}", str(code)],
@@ -215,7 +235,7 @@ def _hot(samples, address, code, args):
     )
     listing = proflib.hot_listing(ips, proflib.parse_objdump(dis.stdout), top=args.hot_top)
     return [
-        f"{sum(ips.values())} samples in {args.hot}; share of them per instruction (a sample usually lands "
+        f"{sum(ips.values())} samples in {args.hot} (its first compiled overload); share of them per instruction (a sample usually lands "
         "just after the instruction that waited):",
         *listing,
     ]
@@ -237,19 +257,17 @@ def report(results, args, cpu, command):
             f"## {name}",
             "",
             f"{workloads.WORKLOADS[name][1]}. {r['steps']} steps, median "
-            f"{r['step_ms']:.3f} ms; {r['samples']} samples at {args.frequency} Hz; CPU time per wall "
+            f"{r['step_ms']:.3f} ms; {r['samples']} samples (asked for at {args.frequency} Hz); CPU time per wall "
             f"time {r['cpu_per_wall']:.2f} (of {r['numba_threads']} threads).",
             "",
             "| where | share of CPU samples | CPU ms per step |",
             "|---|---:|---:|",
         ]
-        lines += [f"| {row} | {100 * share:.1f} % | {ms:.3f} |" for row, _, share, ms in r["rows"]]
+        lines += [f"| {row} | {100 * share:.1f} % | {ms:.3f} |" for row, share, ms in r["rows"]]
         lines += [
             "",
             "Most sampled symbols outside the kernels: "
-            + ", ".join(
-                f"`{sym}` ({dso}) {100 * n / max(r['samples'], 1):.1f} %" for sym, dso, n in r["top_symbols"]
-            ),
+            + ", ".join(f"`{sym}` ({dso}) {100 * share:.1f} %" for sym, dso, share in r["top_symbols"]),
             "",
         ]
         if r.get("hot"):
@@ -292,9 +310,9 @@ def main(argv=None):
         )
     if args.threads < 1 or args.seconds <= 0 or not 1 <= args.frequency <= 20000:
         parser.error("--threads must be >= 1, --seconds > 0 and --frequency in [1, 20000]")
+    out = outdirs.resolve_out(parser, args, "profile", args.size)
     if shutil.which("perf") is None:
         parser.error("perf is not installed (Linux: the linux-tools or linux-perf package)")
-    out = outdirs.resolve_out(parser, args, "profile", args.size)
     from rooflib.cpu import CPU
 
     results = {name: profile(name, args) for name in names}

@@ -22,33 +22,44 @@ from collections import Counter
 #: the farthest a sample may lie above a function's entry and still count as that function's
 MAX_FUNCTION_BYTES = 1 << 18
 
-#: groups of non-JIT samples, first match wins: (group, shared-object pattern, symbol pattern or None)
+#: groups of samples outside compiled code, first match wins: (group, pattern of the shared object's file
+#: name, pattern of its full path, pattern of the symbol); None matches anything. File names, not paths,
+#: for the libraries: every extension module lies under .../lib/python3.x/site-packages/
 GROUPS = (
     (
         "Python: garbage collector",
-        r"libpython",
+        r"^libpython",
+        None,
         r"^(gc_collect|visit_|collect_|deduce_unreachable|move_unreachable)",
     ),
-    ("Python: interpreter and objects", r"libpython|python3", None),
-    ("NumPy", r"_multiarray|_umath|numpy", None),
-    ("Numba dispatch and runtime", r"_dispatcher|_helperlib|_nrt_python|numba", None),
-    ("libm (exp, log)", r"libm[.-]", None),
-    ("BLAS", r"openblas|libblas|mkl", None),
-    ("libc (malloc, memcpy)", r"libc[.-]|ld-linux|libstdc", None),
-    ("operating system", r"\[kernel|vmlinux|\[vdso\]", None),
+    ("Python: interpreter and objects", r"^(libpython|python3(\.\d+)?$)", None, None),
+    ("BLAS", r"openblas|^libblas|^libmkl", None, None),
+    ("NumPy", None, r"/numpy/", None),
+    ("Numba dispatch and runtime, llvmlite", None, r"/(numba|llvmlite)/", None),
+    ("SciPy", None, r"/scipy/", None),
+    ("libm (exp, log)", r"^libm[.-]", None, None),
+    ("libc (malloc, memcpy)", r"^(libc[.-]|ld-linux|libstdc|libgcc)", None, None),
+    ("operating system", r"^(\[kernel|vmlinux|\[vdso\])", None, None),
 )
 OTHER = "other shared objects"
 UNKNOWN_JIT = "compiled code outside gatfast's kernels"
-_LINE = re.compile(r"^\s*(?P<tid>\d+)\s+(?P<ip>[0-9a-fA-F]+)\s+(?P<sym>.*?)\s+\((?P<dso>[^()]*)\)\s*$")
+_LINE = re.compile(
+    r"^\s*(?P<tid>\d+)\s+(?P<period>\d+)\s+(?P<ip>[0-9a-fA-F]+)\s+(?P<sym>.*?)\s+\((?P<dso>[^()]*)\)\s*$"
+)
 
 
 def parse_script(text):
-    """``[(tid, ip, symbol, shared object)]`` from ``perf script -F tid,ip,sym,dso``; other lines are skipped."""
+    """``[(tid, ip, symbol, shared object, period)]`` from ``perf script -F tid,period,ip,sym,dso``.
+
+    ``period`` is the time the sample stands for, in nanoseconds for the ``cpu-clock`` event (it is what
+    perf actually sampled at, whatever rate was asked: the kernel may lower the rate without a word).
+    Other lines are skipped.
+    """
     samples = []
     for line in text.splitlines():
         m = _LINE.match(line)
         if m:
-            samples.append((int(m["tid"]), int(m["ip"], 16), m["sym"], m["dso"]))
+            samples.append((int(m["tid"]), int(m["ip"], 16), m["sym"], m["dso"], int(m["period"])))
     return samples
 
 
@@ -61,9 +72,15 @@ def is_jit(dso):
 
 def group_of(symbol, dso):
     """The group of a sample outside compiled code (:data:`GROUPS`)."""
-    for name, dso_pattern, sym_pattern in GROUPS:
-        if re.search(dso_pattern, dso) and (sym_pattern is None or re.search(sym_pattern, symbol)):
-            return name
+    name = dso.rsplit("/", 1)[-1]
+    for group, name_pattern, path_pattern, sym_pattern in GROUPS:
+        if name_pattern is not None and not re.search(name_pattern, name):
+            continue
+        if path_pattern is not None and not re.search(path_pattern, dso):
+            continue
+        if sym_pattern is not None and not re.search(sym_pattern, symbol):
+            continue
+        return group
     return OTHER
 
 
@@ -83,31 +100,34 @@ class JitMap:
 
 
 def attribute(samples, jit_map):
-    """``Counter`` of samples per row: ``kernel NAME`` for gatfast's compiled functions, else a group."""
-    counts = Counter()
-    for _, ip, symbol, dso in samples:
+    """``Counter`` of sampled nanoseconds per row: ``kernel NAME`` for gatfast's compiled functions, else a
+    group."""
+    times = Counter()
+    for _, ip, symbol, dso, period in samples:
         if is_jit(dso):
             name = jit_map.name(ip)
-            counts[f"kernel {name}" if name else UNKNOWN_JIT] += 1
+            times[f"kernel {name}" if name else UNKNOWN_JIT] += period
         else:
-            counts[group_of(symbol, dso)] += 1
-    return counts
+            times[group_of(symbol, dso)] += period
+    return times
 
 
 def top_symbols(samples, count=12):
-    """The most sampled named symbols outside compiled code, ``[(symbol, shared object, samples)]``."""
-    named = Counter(
-        (sym, dso.rsplit("/", 1)[-1]) for _, _, sym, dso in samples if not is_jit(dso) and sym != "[unknown]"
-    )
-    return [(sym, dso, n) for (sym, dso), n in named.most_common(count)]
+    """The most sampled named symbols outside compiled code, ``[(symbol, shared object's file, share)]``."""
+    total = sum(s[4] for s in samples)
+    named = Counter()
+    for _, _, sym, dso, period in samples:
+        if not is_jit(dso) and sym != "[unknown]":
+            named[(sym, dso.rsplit("/", 1)[-1])] += period
+    return [(sym, name, ns / total) for (sym, name), ns in named.most_common(count)]
 
 
-def rows(counts, frequency, steps):
-    """``[(row, samples, share of all, CPU ms per step)]``, largest first; ``frequency`` in samples per second."""
-    total = sum(counts.values())
+def rows(times, steps):
+    """``[(row, share of all, CPU ms per step)]`` from sampled nanoseconds per row, largest first."""
+    total = sum(times.values())
     out = []
-    for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
-        out.append((name, n, n / total if total else 0.0, 1e3 * n / frequency / steps if steps else 0.0))
+    for name, ns in sorted(times.items(), key=lambda kv: (-kv[1], kv[0])):
+        out.append((name, ns / total if total else 0.0, 1e-6 * ns / steps if steps else 0.0))
     return out
 
 

@@ -66,6 +66,9 @@ def test_ab_end_to_end_leaves_no_worktree(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "ab.json").read_text())
     assert list(result["rounds"]) == ["HEAD", "working tree"]
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert result["versions"]["HEAD"] == head.stdout.strip()
+    assert result["versions"]["working tree"].startswith(head.stdout.strip())
     assert all(len(v) == 2 and all(t > 0 for t in v) for v in result["rounds"].values())
     assert "smoke run" in (out / "ab.md").read_text()
     trees = subprocess.run(

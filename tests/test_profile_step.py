@@ -20,27 +20,35 @@ sys.path.insert(0, str(BENCH))
 import profile_step  # noqa: E402
 import proflib  # noqa: E402
 
-SCRIPT = """\
-  101      7f0000001010 [unknown] (/tmp/perf-101.map)
-  101      7f0000001200 [unknown] ([JIT] tid 101)
-  102      7f0000002008 forward.gatv2_forward_rows (/tmp/perf-101.map)
-  101      7f0000090000 [unknown] ([JIT] tid 101)
-  101      7fab00000010 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)
-  101      7fab00000020 gc_collect_main (/usr/lib/libpython3.11.so.1.0)
-  101      7fab00000030 __expf_fma (/usr/lib/x86_64-linux-gnu/libm.so.6)
-  101      7fab00000040 FLOAT_multiply (/v/numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so)
-  101      ffffffff81000000 clear_page_erms ([kernel.kallsyms])
-  101      7fab00000050 something (/opt/lib/libother.so)
+SITE = "/home/u/.venv/lib/python3.11/site-packages"
+SCRIPT = f"""\
+  101      500000      7f0000001010 [unknown] (/tmp/perf-101.map)
+  101      500000      7f0000001200 [unknown] ([JIT] tid 101)
+  102      500000      7f0000002008 forward.gatv2_forward_rows (/tmp/perf-101.map)
+  101      500000      7f0000090000 [unknown] ([JIT] tid 101)
+  101      500000      7fab00000010 _PyEval_EvalFrameDefault (/usr/lib/libpython3.11.so.1.0)
+  101      500000      7fab00000020 gc_collect_main (/usr/lib/libpython3.11.so.1.0)
+  101      500000      7fab00000030 __expf_fma (/usr/lib/x86_64-linux-gnu/libm.so.6)
+  101      500000      7fab00000040 FLOAT_multiply ({SITE}/numpy/_core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so)
+  101      500000      7fab00000050 sgemm_kernel ({SITE}/numpy.libs/libscipy_openblas64_-32a4b2a6.so)
+  101      500000      7fab00000060 Dispatcher_call ({SITE}/numba/_dispatcher.cpython-311-x86_64-linux-gnu.so)
+  101      500000      7fab00000070 LLVMPY_Foo ({SITE}/llvmlite/binding/libllvmlite.so)
+  101      500000      7fab00000080 csr_matvec ({SITE}/scipy/sparse/_sparsetools.cpython-311-x86_64-linux-gnu.so)
+  101      500000      7fab00000090 _PyEval_EvalFrameDefault (/usr/bin/python3.11)
+  101      500000      ffffffff81000000 clear_page_erms ([kernel.kallsyms])
+  101      500000      7fab000000a0 something (/opt/lib/libother.so)
+  101     1000000      7fab000000b0 malloc (/usr/lib/x86_64-linux-gnu/libc.so.6)
 not a sample line
 """
 
 
-def test_parse_script_reads_tid_ip_symbol_and_object():
+def test_parse_script_reads_tid_period_ip_symbol_and_object():
     samples = proflib.parse_script(SCRIPT)
-    assert len(samples) == 10
-    assert samples[0] == (101, 0x7F0000001010, "[unknown]", "/tmp/perf-101.map")
+    assert len(samples) == 16
+    assert samples[0] == (101, 0x7F0000001010, "[unknown]", "/tmp/perf-101.map", 500000)
     assert samples[2][2] == "forward.gatv2_forward_rows"
     assert samples[1][3] == "[JIT] tid 101"
+    assert samples[-1][4] == 1000000
 
 
 def test_jit_samples_go_to_the_nearest_entry_below_them_and_no_farther_than_the_cap():
@@ -59,28 +67,42 @@ def test_attribute_groups_every_sample_once():
     jit = proflib.JitMap(
         [(0x7F0000001000, "gemm.matmul_rows"), (0x7F0000002000, "forward.gatv2_forward_rows")]
     )
-    counts = proflib.attribute(samples, jit)
-    assert counts == Counter(
+    times = proflib.attribute(samples, jit)
+    assert times == Counter(
         {
-            "kernel gemm.matmul_rows": 2,
-            "kernel forward.gatv2_forward_rows": 1,
-            proflib.UNKNOWN_JIT: 1,  # 0x7f0000090000 lies more than the cap above forward's entry
-            "Python: interpreter and objects": 1,
-            "Python: garbage collector": 1,
-            "libm (exp, log)": 1,
-            "NumPy": 1,
-            "operating system": 1,
-            proflib.OTHER: 1,
+            "kernel gemm.matmul_rows": 1_000_000,
+            "kernel forward.gatv2_forward_rows": 500_000,
+            proflib.UNKNOWN_JIT: 500_000,  # 0x7f0000090000 lies more than the cap above forward's entry
+            "Python: interpreter and objects": 1_000_000,  # libpython and the python3.11 binary
+            "Python: garbage collector": 500_000,
+            "libm (exp, log)": 500_000,
+            "NumPy": 500_000,  # an extension under site-packages is not the interpreter
+            "BLAS": 500_000,  # numpy.libs' OpenBLAS is BLAS, not NumPy
+            "Numba dispatch and runtime, llvmlite": 1_000_000,
+            "SciPy": 500_000,
+            "operating system": 500_000,
+            proflib.OTHER: 500_000,
+            "libc (malloc, memcpy)": 1_000_000,  # weighted by its period, not counted
         }
     )
-    assert sum(counts.values()) == len(samples)
+    assert sum(times.values()) == sum(s[4] for s in samples)
 
 
 def test_rows_give_shares_and_cpu_milliseconds_per_step():
-    rows = proflib.rows(Counter({"a": 300, "b": 100}), frequency=1000, steps=10)
-    assert rows[0] == ("a", 300, 0.75, 30.0)  # 300 samples at 1 kHz = 300 ms over 10 steps
-    assert rows[1] == ("b", 100, 0.25, 10.0)
-    assert proflib.rows(Counter(), 1000, 0) == []
+    rows = proflib.rows(Counter({"a": 300_000_000, "b": 100_000_000}), steps=10)
+    assert rows[0] == ("a", 0.75, 30.0)  # 300 ms sampled over 10 steps
+    assert rows[1] == ("b", 0.25, 10.0)
+    assert proflib.rows(Counter(), 0) == []
+
+
+def test_top_symbols_are_weighted_by_period_and_leave_out_compiled_code():
+    top = proflib.top_symbols(proflib.parse_script(SCRIPT), count=2)
+    assert top[0] == ("malloc", "libc.so.6", 1 / 8.5)  # the one sample of twice the period
+    assert all(not name.startswith("perf-") for _, name, _ in top)
+    assert (
+        abs(sum(share for *_, share in proflib.top_symbols(proflib.parse_script(SCRIPT), 100)) - 13 / 17)
+        < 1e-12
+    )
 
 
 def test_mapping_end_bounds_a_code_dump_by_its_mapping():
@@ -146,8 +168,8 @@ def test_profile_end_to_end_attributes_the_steps_kernels(tmp_path):
     names = [row[0] for row in r["rows"]]
     assert "kernel forward.gatv2_forward_rows" in names
     assert "kernel backward.gatv2_backward_target_blocks" in names
-    assert sum(row[1] for row in r["rows"]) == r["samples"]
-    assert abs(sum(row[2] for row in r["rows"]) - 1.0) < 1e-9
+    assert abs(sum(row[1] for row in r["rows"]) - 1.0) < 1e-9
+    assert 0 < r["cpu_per_wall"] <= 2.5  # at most the 2 threads' time (and sampling's slack)
     assert "samples in forward.gatv2_forward_rows" in r["hot"][0]
     md = (out / "profile.md").read_text()
     assert "smoke run" in md and "Hot instructions of `forward.gatv2_forward_rows`" in md
@@ -164,7 +186,10 @@ def test_profile_writes_untracked_unless_asked_and_never_from_a_smoke_run(capsys
     import outdirs
 
     assert not outdirs.is_tracked_results(outdirs.default_out("profile"))
-    for argv in (["--out", str(outdirs.RESULTS)], ["--update-results", "--size", "tiny"]):
+    for argv, message in (
+        (["--out", str(outdirs.RESULTS)], "inside bench/results/"),
+        (["--update-results", "--size", "tiny"], "smoke run"),
+    ):
         with pytest.raises(SystemExit):  # refused before anything runs
             profile_step.main(["--workloads", "cora", *argv])
-        capsys.readouterr()
+        assert message in capsys.readouterr().err

@@ -40,7 +40,6 @@ from .ir_parts import (
     all_contiguous,
     arrays_ok,
     element_pointer,
-    index_groups,
     leaky_setup,
     store_vector,
     vector_groups,
@@ -209,7 +208,11 @@ def attribute_grads(typingctx, grad_u, e, weT, qb, k):
 
         # blocks of 8 attributes, then 4, then one at a time: hsum_heads adds up to 8 trees side by side
         eights = builder.mul(builder.udiv(dims, ir.Constant(intp, 8)), ir.Constant(intp, 8))
-        index_groups(builder, intp, eights, 8, block)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), eights, ir.Constant(intp, 8), intp) as (
+            d0,
+            _,
+        ):
+            block(d0, 8)
         four = builder.icmp_unsigned(">=", builder.sub(dims, eights), ir.Constant(intp, 4))
         with builder.if_then(four):
             block(eights, 4)
