@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import outdirs  # noqa: E402
 import workloads  # noqa: E402
+from comparelib.worker import thread_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -111,9 +111,7 @@ def run_once(tree, name, size, steps, env):
 def compare(name, versions, args, work_dir):
     """``{label: [round medians]}`` of the versions, run in alternating order round by round."""
     trees, envs = {}, {}
-    base_env = dict(os.environ)
-    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        base_env[var] = str(args.threads)
+    base_env = thread_env(args.threads)
     base_env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for k, (label, commit) in enumerate(versions):
         if commit is None:

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import outdirs  # noqa: E402
 import proflib  # noqa: E402
 import workloads  # noqa: E402
+from comparelib.worker import thread_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 WARM_STEPS = 20
@@ -173,9 +175,7 @@ def child(name, size, seconds, frequency, data, hot=None):
 
 def profile(name, args):
     """One workload: the child's result and the attributed samples."""
-    env = dict(os.environ)
-    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(args.threads)
+    env = thread_env(args.threads)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     with tempfile.TemporaryDirectory(prefix="gatfast-profile-") as tmp:
         data = Path(tmp) / "perf.data"
@@ -225,7 +225,7 @@ def _hot(samples, address, code, args):
     if shutil.which("objdump") is None:
         return ["objdump (binutils) is not installed: no instruction listing"]
     size = code.stat().st_size
-    ips = proflib.Counter(
+    ips = Counter(
         ip for _, ip, _, dso, _ in samples if proflib.is_jit(dso) and address <= ip < address + size
     )
     dis = subprocess.run(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .report import degree_curves, markdown, plot, slopes
 from .targets import summarize
-from .worker import LIB_NAMES
+from .worker import LIB_NAMES, thread_env
 
 LIBS = ("gatfast", "pyg", "dgl")
 JEMALLOC_PATHS = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2")
@@ -47,9 +47,7 @@ def plan(names, libs):
 
 
 def worker_env(lib, args, jemalloc, repo):
-    env = dict(os.environ)
-    for var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[var] = str(args.threads)
+    env = thread_env(args.threads)
     env["OMP_WAIT_POLICY"] = OMP_WAIT_POLICY
     if jemalloc:
         env["LD_PRELOAD"] = jemalloc

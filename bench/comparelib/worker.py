@@ -29,6 +29,13 @@ from pathlib import Path
 LIB_NAMES = {"gatfast": "gatfast", "pyg": "PyG", "dgl": "DGL"}
 MICRO_SAMPLE_S = 0.01  # a per-call-overhead sample loops for at least this long
 MAX_CALLS_PER_SAMPLE = 100_000
+#: the variables that set Numba's, OpenMP's and the BLAS libraries' thread counts in a worker
+THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def thread_env(threads):
+    """This process's environment with every library of a worker at ``threads`` threads."""
+    return dict(os.environ, **{var: str(threads) for var in THREAD_VARS})
 
 
 def _maxrss_mb():
