@@ -1,20 +1,27 @@
-"""What the backward source pass would gain from other data layouts: prototypes timed against today's kernel.
+"""What the backward source pass gains from other data layouts: the source records and prototypes, timed
+against the pass that forms ``z`` again.
 
 The source pass (``gatfast/kernels/backward.py``) walks each source's edges
-in source-major order. For every edge it gathers ``xr[i]`` (and, with edge
-features, ``u[e]``) to form ``z_ij`` again, only for its sign, and it reads
-``alpha[e]`` and ``delta[e]`` at the edge's CSR position, which is random in
-that order. This script captures the arguments of the source pass of one
-workload, then times three prototypes on the same data, one thread each,
-alternating with today's kernel, and checks that each gives the same bits:
+in source-major order. Where it forms ``z`` again (graphs that fit in cache,
+and every graph before the source records), it gathers for every edge
+``xr[i]`` (and, with edge features, ``u[e]``) to form ``z_ij`` again, only
+for its sign, and it reads ``alpha[e]`` and ``delta[e]`` at the edge's CSR
+position, which is random in that order. This script captures the arguments
+of that pass on one workload (the records switched off), then times on the
+same data, one thread each, alternating with it, and checks that each gives
+the same bits:
 
+* ``records``: today's pass on big graphs (``kernels/records.py``): the
+  weight, ``delta`` and the signs as bits of each edge in one row the target
+  pass writes in CSR order, read at the edge's CSR position;
 * ``order``: ``alpha`` and ``delta`` copied into source-major order (read in
   sequence), ``z`` formed as today (no edge features only: it has no edge term);
 * ``signs``: one byte per edge and channel, ``z > 0``, in source-major order,
   instead of forming ``z``; ``alpha`` and ``delta`` gathered as today;
 * ``signs in CSR order``: the same bytes in the edges' CSR order (the
   target pass's own order, where it could write them in sequence), read at
-  each edge's CSR position;
+  each edge's CSR position (big graphs with edge features used these
+  before the records);
 * ``both``: ``order`` and ``signs`` together;
 
 and, without edge features, what writing the sign bytes into source order
@@ -22,12 +29,12 @@ would cost the target pass: a pass of its own over the edges in CSR order
 that forms ``z`` and writes each edge's bytes to its source-major row (an
 upper bound: in the target pass ``xr[i]`` and ``xl[j]`` are already loaded).
 
-The prototypes leave out what producing their inputs would cost (the target
-pass would write the signs and the permuted ``delta``; the forward pass the
-permuted ``alpha``): they bound the gain, they do not measure a finished
-change. The sign bytes are ``edges x channels`` bytes (134 MiB on ``large``);
-a bit per channel would be 8x smaller but needs vector code for the bit
-expansion (a plain loop over the bits ran 1.4-1.6x slower than today's pass).
+The prototypes and the records leave out what producing their inputs costs
+(the target pass writes the records in sequence; the prototypes would need
+the signs and the permuted ``delta``, the forward pass the permuted
+``alpha``): they bound the gain, they do not measure a finished change. The
+sign bytes are ``edges x channels`` bytes (134 MiB on ``large``); the
+records, with their bits, 16 bytes an edge there.
 
 Usage::
 
@@ -55,9 +62,12 @@ import workloads  # noqa: E402
 from numba import njit  # noqa: E402
 
 from gatfast import _runtime  # noqa: E402
+from gatfast.kernels import gatv2_backward_source_record_rows, record_bytes  # noqa: E402
 from gatfast.kernels.prefetch import prefetch_row  # noqa: E402
+from gatfast.layers import passes  # noqa: E402
 
 SOURCE_KERNELS = ("gatv2_backward_source_rows", "gatv2_backward_source_edge_rows")
+BASE = "forms z"  # the row every time is divided by
 
 
 @njit(nogil=True)
@@ -158,15 +168,32 @@ def capture(name, size):
         seen[kernel.__name__] = (kernel, count, args)
         return run_rows(kernel, count, args, work)
 
+    uses_records = passes.uses_source_records
     _runtime.run_rows = recording
+    passes.uses_source_records = lambda kind, ahead: False  # the pass that forms z, on graphs of any size
     try:
         workloads.GatfastRunner(workloads.make_workload(name, size)).forward_backward()
     finally:
         _runtime.run_rows = run_rows
+        passes.uses_source_records = uses_records
     found = [k for k in SOURCE_KERNELS if k in seen]
     if not found:
         raise SystemExit(f"{name}: no source pass ran")
     return found[0], seen[found[0]]
+
+
+def records_in_csr_order(signs_csr, alpha, edge_scale, delta):
+    """The source records (``kernels/records.py``) of the edges, from their sign bytes in CSR order."""
+    edges, heads = alpha.shape
+    channels = signs_csr.shape[1] // heads
+    records = np.zeros((edges, record_bytes(heads, channels, alpha.itemsize)), np.uint8)
+    floats = records.view(alpha.dtype)
+    floats[:, :heads] = alpha * edge_scale if edge_scale.shape[0] else alpha
+    floats[:, heads : 2 * heads] = delta
+    bits = np.packbits(signs_csr.reshape(edges, heads, channels) != 0, axis=2, bitorder="little")
+    base = 2 * heads * alpha.itemsize
+    records[:, base : base + bits[0].size] = bits.reshape(edges, -1)
+    return records
 
 
 def signs_in_source_order(src_indptr, src_edges, src_targets, xl, xr, att, u, weT):
@@ -189,7 +216,8 @@ def measure(name, rounds, size="full"):
     kname, (kernel, count, args) = capture(name, size)
     edge = kname.endswith("edge_rows")
     src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, ahead = args[:9]
-    alpha, delta, grad, q_out = args[-4:]
+    edge_scale, alpha, delta, grad, q_out = args[-5:]
+    records_ahead = ahead
     ahead = (1 << 62) if ahead is None else ahead
     u, weT = (args[9], args[10]) if edge else (None, None)
     signs = signs_in_source_order(src_indptr, src_edges, src_targets, xl, xr, att, u, weT)
@@ -208,29 +236,47 @@ def measure(name, rounds, size="full"):
         "signs in CSR order": (src_edges, signs_csr, src_edges, alpha, delta),
         "both": (None, signs, None, alpha_s, delta_s),
     }
-    if not edge:  # without the edge term, z = xr + xl is today's z
+    if not edge:  # without the edge term, z = xr + xl is the pass's z
         variants = {"order": (None, None, None, alpha_s, delta_s), **variants}
     got = np.empty_like(q_out)
+    records = records_in_csr_order(signs_csr, alpha, edge_scale, delta)
 
-    def run(ids, s, s_ids, a, d):
-        _prototype(
+    def prototype(ids, s, s_ids, a, d):
+        return lambda: _prototype(
             0, count, src_indptr, ids, src_targets, att, slope, ahead, xl, xr, s, s_ids, a, d, grad, got
         )
 
-    for label, v in variants.items():
-        run(*v)
+    runs = {
+        "records": lambda: gatv2_backward_source_record_rows(
+            0,
+            count,
+            src_indptr,
+            src_edges,
+            src_targets,
+            att,
+            slope,
+            records_ahead,
+            records.view(alpha.dtype),
+            records,
+            grad,
+            got,
+        ),
+        **{label: prototype(*v) for label, v in variants.items()},
+    }
+    for label, run in runs.items():
+        run()
         if not np.array_equal(got.view(np.uint8), want.view(np.uint8)):
-            raise SystemExit(f"{name}: the {label} prototype does not give today's bits")
-    times = {"today": [], **{label: [] for label in variants}}
+            raise SystemExit(f"{name}: the {label} variant does not give the bits of the pass forming z")
+    times = {BASE: [], **{label: [] for label in runs}}
     for _ in range(rounds):
         t0 = time.perf_counter()
         kernel(0, count, *args)
-        times["today"].append(time.perf_counter() - t0)
-        for label, v in variants.items():
+        times[BASE].append(time.perf_counter() - t0)
+        for label, run in runs.items():
             t0 = time.perf_counter()
-            run(*v)
+            run()
             times[label].append(time.perf_counter() - t0)
-    base = np.array(times["today"])
+    base = np.array(times[BASE])
     res = {k: (float(np.median(v)), float(np.median(np.array(v) / base))) for k, v in times.items()}
     scatter = None if edge else scatter_cost(name, size, src_edges, xl, xr, signs, rounds)
     return kname, signs.nbytes, float(np.median(permute)), scatter, res
@@ -258,7 +304,7 @@ def main(argv=None):
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {CPU['model']}, {CPU['simd']}, one thread, "
         f"python {platform.python_version()}, numba {numba.__version__}; median of {args.rounds} alternating rounds"
     )
-    print("| workload | kernel today | variant | time | × today |")
+    print(f"| workload | kernel forming z | variant | time | × {BASE} |")
     print("|---|---|---|---:|---:|")
     # one thread, restored afterwards: main() also runs inside the test process
     with _runtime.threads(1):
@@ -275,7 +321,7 @@ def main(argv=None):
                     raise SystemExit(f"{name}: the scattered signs differ from the source-order signs")
                 print(
                     f"| {name} | | writing the signs in source order, a pass of its own in CSR order | "
-                    f"{scatter[0] * 1e3:.1f} ms | {scatter[0] / res['today'][0]:.2f} |",
+                    f"{scatter[0] * 1e3:.1f} ms | {scatter[0] / res[BASE][0]:.2f} |",
                     flush=True,
                 )
     return 0

@@ -619,3 +619,23 @@ def keyed_attention_draws(keys, graph, attention, heads, loops_removed):
     loops = np.flatnonzero(att_loop)  # one per target i < min(num_src, num_dst), in row order
     draw[loops] = keys.child(LOOPS).uniform(dst_ids[att_targets[loops]], heads)
     return draw
+
+
+def records_of(z, alpha, edge_scale, delta):
+    """The source records (``kernels/records.py``) of edges whose pre-activations are ``z`` (E, H, C), made in
+    NumPy: the weight (times the dropout multiplier) and ``delta`` of each head, then the signs as bits, each
+    head's in ``ceil(C / 8)`` bytes, bit ``c mod 8`` of byte ``c // 8``; the padding zero."""
+    edges, heads, channels = z.shape
+    records = np.zeros((edges, gatfast.kernels.record_bytes(heads, channels, alpha.itemsize)), np.uint8)
+    floats = records.view(alpha.dtype)
+    floats[:, :heads] = alpha * edge_scale if edge_scale.shape[0] else alpha
+    floats[:, heads : 2 * heads] = delta
+    bits = np.packbits(z > 0, axis=2, bitorder="little").reshape(edges, -1)
+    base = 2 * heads * alpha.itemsize
+    records[:, base : base + bits.shape[1]] = bits
+    return records
+
+
+def written_part(records, heads, channels, itemsize):
+    """The bytes of each record the target pass writes (not the padding)."""
+    return np.ascontiguousarray(records[:, : 2 * heads * itemsize + heads * -(-channels // 8)])

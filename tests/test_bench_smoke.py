@@ -692,7 +692,9 @@ def test_source_order_prototypes_give_todays_bits(capsys):
     assert source_order.main(["--size", "tiny", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(SMOKE)
-    for row in ("| large | `gatv2_backward_source_rows` | both |", "| large-edge | `gatv2_backward_source_edge_rows` | signs |"):
+    for row in ("| large | `gatv2_backward_source_rows` | both |", "| large-edge | `gatv2_backward_source_edge_rows` | signs |",
+                "| large | `gatv2_backward_source_rows` | records |",
+                "| large-edge | `gatv2_backward_source_edge_rows` | records |"):
         assert row in out
     with pytest.raises(SystemExit):
         source_order.main(["--workloads", "scene-batch-train"])

@@ -2,8 +2,15 @@
 
 import numpy as np
 import pytest
+from naive import records_of, written_part
 
-from gatfast.kernels import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
+from gatfast.kernels import (
+    gatv2_backward_source_record_rows,
+    gatv2_backward_source_rows,
+    gatv2_backward_target_blocks,
+    num_att_blocks,
+    record_bytes,
+)
 from gatfast.kernels.activations import ACTIVATIONS
 from gatfast.kernels.edge import edge_z
 
@@ -78,6 +85,8 @@ def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
             p_out,
             att_part,
             bias_part,
+            None,
+            None,
         )
         results.append([np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part, bias_part)])
     for name, fast, plain in zip(("upstream", "delta", "p_out", "att_part", "bias_part"), *results):
@@ -209,40 +218,47 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
         bias_part = make((blocks, heads, channels))
         we_part = np.full((blocks, heads, dims, channels), np.nan, dtype)
         grad_u = np.full((indices.size, dims), np.nan, dtype)
-        signs = np.full((indices.size, heads, channels), 7, np.uint8)
+        records = np.full(
+            (indices.size, record_bytes(heads, channels, np.dtype(dtype).itemsize)), 0xA5, np.uint8
+        )
         gatv2_backward_target_edge_blocks(
             0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weights, edge_scale,
-            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, signs, bias_part,
+            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, records.view(dtype), records, bias_part,
         )  # fmt: skip
         results.append(
             [
                 np.ascontiguousarray(a)
-                for a in (upstream, delta, p_out, att_part, we_part, grad_u, bias_part, signs)
+                for a in (upstream, delta, p_out, att_part, we_part, grad_u, bias_part, records)
             ]
         )
     assert results[0][-2].tobytes() == _block_sums(grad, blocks).tobytes()
-    names = ("upstream", "delta", "p_out", "att_part", "we_part", "grad_u", "bias_part", "signs")
+    names = ("upstream", "delta", "p_out", "att_part", "we_part", "grad_u", "bias_part", "records")
     for name, fast, plain in zip(names, *results):
         assert not np.isnan(fast).any(), name
         assert fast.tobytes() == plain.tobytes(), name
-    # the signs are z > 0 of edge.edge_z's z, formed here in NumPy with the same operations in order
-    assert exact.size and not results[0][-1][exact].any()  # z exactly 0 is the slope side
+    # the records hold z > 0 of edge.edge_z's z, formed here in NumPy with the same operations in order
     z = xr[targets] + xl[indices]
     for d in range(dims):
         z = z + weT[None, :, d, :] * u[:, d, None, None]
-    assert results[0][-1].tobytes() == (z > 0).astype(np.uint8).tobytes()
-    # without the signs (None): a specialisation of its own, the other outputs the same bits
+    assert exact.size and not (z[exact] > 0).any()  # z exactly 0 is the slope side
+    want = records_of(z, alpha, edge_scale, results[0][1])
+    itemsize = np.dtype(dtype).itemsize
+    assert (
+        written_part(results[0][-1], heads, channels, itemsize).tobytes()
+        == written_part(want, heads, channels, itemsize).tobytes()
+    )
+    # without records (None): a specialisation of its own, the other outputs the same bits
     upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
     outputs = [np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
                np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype)]  # fmt: skip
     gatv2_backward_target_edge_blocks(
         0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
-        alpha, grad, upstream, delta, *outputs, None, np.empty((0, heads, channels), dtype),
+        alpha, grad, upstream, delta, *outputs, None, None, np.empty((0, heads, channels), dtype),
     )  # fmt: skip
     for name, value, fast in zip(names, (upstream, delta, *outputs), results[0]):
         assert value.tobytes() == fast.tobytes(), name
-    # the source pass reading the kernel's signs gives the bits of the one forming z
-    from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_backward_source_sign_rows
+    # the source pass reading the kernel's records gives the bits of the one forming z
+    from gatfast.kernels import gatv2_backward_source_edge_rows
 
     slope, leaky = dtype(0.2), ACTIVATIONS["leaky_relu"]
     formed, read = np.empty((n, heads, channels), dtype), np.empty((n, heads, channels), dtype)
@@ -250,27 +266,15 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
         0, n, src_indptr, src_edges, src_targets, xl, xr, att, slope, leaky, 16, u, weT, edge_scale, alpha, delta,
         grad, formed,
     )  # fmt: skip
-    gatv2_backward_source_sign_rows(
-        0,
-        n,
-        src_indptr,
-        src_edges,
-        src_targets,
-        att,
-        slope,
-        16,
-        results[0][-1],
-        edge_scale,
-        alpha,
-        delta,
-        grad,
-        read,
+    records = results[0][-1]
+    gatv2_backward_source_record_rows(
+        0, n, src_indptr, src_edges, src_targets, att, slope, 16, records.view(dtype), records, grad, read
     )
     assert read.tobytes() == formed.tobytes()
 
 
-def test_the_target_pass_refuses_signs_it_would_not_write_whole():
-    from gatfast.kernels import gatv2_backward_target_edge_blocks
+def test_the_target_passes_refuse_records_they_would_not_write_whole():
+    from gatfast.kernels import gatv2_backward_target_blocks, gatv2_backward_target_edge_blocks
 
     n, heads, channels, dims, dtype = 12, 2, 9, 3, np.float32
     indptr, indices, *_ = _graph(5, n)
@@ -278,28 +282,46 @@ def test_the_target_pass_refuses_signs_it_would_not_write_whole():
     u = np.ones((indices.size, dims), dtype)
     weT = np.ones((heads, dims, channels), dtype)
     blocks = num_att_blocks(n, 16)
+    common = (np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype),
+              np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype))  # fmt: skip
 
-    def run(kind, signs):
-        gatv2_backward_target_edge_blocks(
-            0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS[kind], u, weT, edge_scale, alpha, grad,
-            np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype),
-            np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
-            np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype), signs,
-            np.empty((0, heads, channels), dtype),
-        )  # fmt: skip
+    def run(kind, records, edge):
+        head = (0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS[kind])
+        if edge:
+            gatv2_backward_target_edge_blocks(
+                *head, u, weT, edge_scale, alpha, grad, *common, np.empty((blocks, heads, dims, channels), dtype),
+                np.empty((indices.size, dims), dtype), records.view(dtype), records,
+                np.empty((0, heads, channels), dtype),
+            )  # fmt: skip
+        else:
+            gatv2_backward_target_blocks(
+                *head,
+                edge_scale,
+                alpha,
+                grad,
+                *common,
+                np.empty((0, heads, channels), dtype),
+                records.view(dtype),
+                records,
+            )
 
-    with pytest.raises(ValueError, match="shape"):
-        run("leaky_relu", np.empty((indices.size, heads, channels - 1), np.uint8))
-    with pytest.raises(ValueError, match="LeakyReLU"):
-        run("softplus", np.empty((indices.size, heads, channels), np.uint8))
+    width = record_bytes(heads, channels, 4)  # 2 heads x (2 floats + 2 bytes of signs): 20 bytes
+    assert width == 20
+    for edge in (False, True):
+        with pytest.raises(ValueError, match="records"):
+            run("leaky_relu", np.empty((indices.size, width - 4), np.uint8), edge)
+        with pytest.raises(ValueError, match="records"):
+            run("leaky_relu", np.empty((indices.size - 1, width), np.uint8), edge)
+        with pytest.raises(ValueError, match="LeakyReLU"):
+            run("softplus", np.empty((indices.size, width), np.uint8), edge)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("heads", "channels"), CASES)
 @pytest.mark.parametrize("dims", [1, 4, 9, 14])  # attributes in blocks of 8, then 4, then one at a time
-def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads, channels, dims):
-    """``gatv2_backward_source_sign_rows`` against the edge source pass that forms ``z`` (both prefetch)."""
-    from gatfast.kernels import gatv2_backward_source_edge_rows, gatv2_backward_source_sign_rows
+def test_source_pass_reading_the_records_gives_the_bits_of_forming_z(dtype, heads, channels, dims):
+    """``gatv2_backward_source_record_rows`` against the edge source pass that forms ``z`` (both prefetch)."""
+    from gatfast.kernels import gatv2_backward_source_edge_rows
 
     n = 40
     indptr, indices, src_indptr, src_edges, src_targets = _graph(channels * 10 + heads + dims, n)
@@ -320,19 +342,33 @@ def test_source_pass_reading_the_signs_gives_the_bits_of_forming_z(dtype, heads,
         edge_z(zb, xr, targets[e], xl, indices[e], u, weT, e)
         z[e] = zb[0]
     assert (z[0] == 0).all()
-    signs = (z > 0).astype(np.uint8)
+    records = records_of(z, alpha, edge_scale, delta)
     slope, leaky = dtype(0.2), ACTIVATIONS["leaky_relu"]
     formed = np.full((n, heads, channels), np.nan, dtype)
     gatv2_backward_source_edge_rows(
         0, n, src_indptr, src_edges, src_targets, xl, xr, att, slope, leaky, 16, u, weT, edge_scale, alpha, delta,
         grad, formed,
     )  # fmt: skip
-    read = np.full((n, heads, channels), np.nan, dtype)
-    gatv2_backward_source_sign_rows(
-        0, n, src_indptr, src_edges, src_targets, att, slope, 16, signs, edge_scale, alpha, delta, grad, read
-    )
-    assert not np.isnan(read).any()
-    assert read.tobytes() == formed.tobytes()
+    for ahead, q_out in (
+        (16, np.full((n, heads, channels), np.nan, dtype)),
+        (None, _strided((n, heads, channels), dtype)),
+    ):
+        gatv2_backward_source_record_rows(
+            0,
+            n,
+            src_indptr,
+            src_edges,
+            src_targets,
+            att,
+            slope,
+            ahead,
+            records.view(dtype),
+            records,
+            grad,
+            q_out,
+        )  # a strided q_out: every channel in the plain loop
+        assert not np.isnan(q_out).any()
+        assert np.ascontiguousarray(q_out).tobytes() == formed.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -379,7 +415,7 @@ def test_target_edge_pass_refuses_edge_arrays_of_other_shapes():
             0, 1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
             alpha, grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)),
             np.empty((n, heads, channels)), np.empty((1, heads, channels)), np.empty((1, heads, dims, channels)),
-            grad_u, None, np.empty((0, heads, channels)),
+            grad_u, None, None, np.empty((0, heads, channels)),
         )  # fmt: skip
 
     good_weT, good_grad_u = np.ones((heads, dims, channels)), np.empty((indices.size, dims))
@@ -462,7 +498,7 @@ def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edg
     gatv2_backward_target_edge_blocks(
         0, blocks, indptr, indices, xl, xr, att, slope, code, u, weT, edge_scale, alpha, grad, upstream, delta,
         np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype), we_part,
-        np.empty((0, dims), dtype), None, np.empty((0, heads, channels), dtype),
+        np.empty((0, dims), dtype), None, None, np.empty((0, heads, channels), dtype),
     )  # fmt: skip
     targets = np.repeat(np.arange(n), degree)
     z = xr[targets] + xl[indices]
@@ -509,7 +545,7 @@ def test_target_edge_pass_gives_one_set_of_bits_for_any_split_of_its_blocks_when
                 b0, b1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT,
                 np.zeros((0, heads), dtype), alpha, grad, np.empty((indices.size, heads), dtype), delta,
                 np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype), we_part,
-                np.empty((0, dims), dtype), None, np.empty((0, heads, channels), dtype),
+                np.empty((0, dims), dtype), None, None, np.empty((0, heads, channels), dtype),
             )  # fmt: skip
         return we_part
 

@@ -21,7 +21,7 @@ from numba.core.registry import CPUDispatcher
 import gatfast.layers.passes as passes
 import gatfast.layers.small as small
 from gatfast import CSRGraph, GATv2Layer
-from gatfast.kernels import backward, backward_edge, forward, pairwise
+from gatfast.kernels import backward, backward_edge, forward, pairwise, records
 from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 
 pytestmark = pytest.mark.slow
@@ -86,8 +86,9 @@ exit:
 
 
 def run_layers(monkeypatch):
-    """Layer calls that reach every edge kernel on both source-pass paths (the one-call path of small
-    plain layers switched off, so that the general kernels run whatever the cache holds)."""
+    """Layer calls that reach every edge kernel on every source-pass path (with and without prefetches, and
+    the records; the one-call path of small plain layers switched off, so that the general kernels run
+    whatever the cache holds)."""
     monkeypatch.setattr(small, "ENABLED", False)
     rng = np.random.default_rng(0)
     g = CSRGraph.from_edge_index(rng.integers(0, 60, (2, 300)), 60)
@@ -97,6 +98,7 @@ def run_layers(monkeypatch):
         (np.float32, dict(heads=3, out_features=8, edge_dim=3, dropout=0.2)),
         (np.float64, dict(heads=1, out_features=7, edge_dim=2)),
         (np.float32, dict(heads=1, out_features=16, attention_activation="softplus", edge_dim=2)),
+        (np.float32, dict(heads=2, out_features=8, attention_activation="softplus")),  # z formed, prefetched
     ]
     for dtype, kw in configs:
         layer = GATv2Layer(5, dtype=dtype, seed=0, **kw)
@@ -112,7 +114,7 @@ def run_layers(monkeypatch):
 def test_no_edge_kernel_counts_references_in_a_loop(monkeypatch):
     run_layers(monkeypatch)
     found, without_loops, checked = {}, [], {}
-    for module in (forward, backward, backward_edge, pairwise):
+    for module in (forward, backward, backward_edge, pairwise, records):
         for name, kernel in vars(module).items():
             if not (isinstance(kernel, CPUDispatcher) and name.startswith("gatv2_")):
                 continue

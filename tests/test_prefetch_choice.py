@@ -1,4 +1,5 @@
-"""The backward source pass with and without its prefetches: the same bits, and the choice between them."""
+"""The backward source pass with and without its prefetches (and, with them, the source records): the same
+bits, and the choice between them."""
 
 import numpy as np
 import pytest
@@ -46,8 +47,14 @@ def test_source_pass_ahead_thresholds():
     [
         (np.float32, dict(heads=2, out_features=9)),
         (np.float64, dict(heads=1, out_features=33, dropout=0.3)),
+        (np.float32, dict(heads=1, out_features=64)),  # large's shape: one record of 16 bytes
+        (np.float32, dict(heads=8, out_features=8)),  # every head's vectors in one walk
+        (np.float64, dict(heads=4, out_features=16, dropout=0.5)),
         (np.float32, dict(heads=3, out_features=7, edge_dim=4, dropout=0.2)),
-        (np.float32, dict(heads=3, out_features=12, edge_dim=4)),  # vectors and a tail: the signs' IR store
+        (
+            np.float32,
+            dict(heads=3, out_features=12, edge_dim=4),
+        ),  # vectors and a tail: the signs' bytes and bits
         (np.float64, dict(heads=2, out_features=17, edge_dim=2, dropout=0.3)),
         (np.float32, dict(heads=1, out_features=16, attention_activation="softplus")),
     ],
@@ -61,21 +68,20 @@ def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw
     layer = GATv2Layer(8, dtype=dtype, seed=0, **kw)
     x = rng.standard_normal((g.num_nodes, 8)).astype(dtype)
     edge_attr = rng.standard_normal((g.nnz, kw["edge_dim"])).astype(dtype) if "edge_dim" in kw else None
-    grads, asked, signs_read = {}, [], []
-    sign_pass = passes.gatv2_backward_source_sign_rows
+    grads, asked, records_read = {}, [], []
+    record_pass = passes.gatv2_backward_source_record_rows
 
     def spy(*args):
-        signs_read.append(True)
-        return sign_pass(*args)
+        records_read.append(True)
+        return record_pass(*args)
 
-    monkeypatch.setattr(passes, "gatv2_backward_source_sign_rows", spy)
+    monkeypatch.setattr(passes, "gatv2_backward_source_record_rows", spy)
     for ahead in (None, PREFETCH_DISTANCE):
         monkeypatch.setattr(passes, "source_pass_ahead", lambda gathered, span, a=ahead: asked.append(a) or a)
         out, cache = layer.forward(g, x, edge_attr, training=True, rng=np.random.default_rng(4))
         grads[ahead] = layer.backward(cache, np.ones_like(out))
-        # with edge features and LeakyReLU the prefetching path reads the target pass's signs
-        uses_signs = "edge_dim" in kw and "attention_activation" not in kw and ahead is not None
-        assert bool(signs_read) == uses_signs
+        # with LeakyReLU the prefetching path reads the target pass's records (kernels/records.py)
+        assert bool(records_read) == ("attention_activation" not in kw and ahead is not None)
     for name, value in grads[None].items():
         np.testing.assert_array_equal(value, grads[PREFETCH_DISTANCE][name], err_msg=name)
     assert asked == [None, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path

@@ -74,13 +74,14 @@ def test_backward_models_by_hand(dims):
     assert s.gathers == [model.Gather("xr", 6, 32, 96), model.Gather("grad", 6, 32, 96),
                          model.Gather("alpha", 6, 8, 48), model.Gather("delta", 6, 8, 48)]
     assert s.flops == 6 * 48
-    dims.edge_dim, dims.source_signs = 3, True  # big graphs with edge features: the target pass writes z > 0
-    assert K.k_target(dims).model.writes["signs"] == 48
-    s = K.k_source(dims).model
-    assert s.reads == {"src_indptr": 32, "src_edges": 48, "src_targets": 48, "att": 32}  # neither xl nor W_E
-    assert s.gathers == [model.Gather("grad", 6, 32, 96), model.Gather("alpha", 6, 8, 48),
-                         model.Gather("delta", 6, 8, 48), model.Gather("signs", 6, 8, 48)]
-    assert s.flops == 5 * 48
+    dims.source_records = True  # big graphs: the target pass writes each edge's record (kernels/records.py)
+    assert dims.record == 20  # 2 heads x (weight, δ) in float32, then 2 x 1 byte of signs, padded to a float
+    for dims.edge_dim in (0, 3):
+        assert K.k_target(dims).model.writes["records"] == 6 * 20
+        s = K.k_source(dims).model
+        assert s.reads == {"src_indptr": 32, "src_edges": 48, "src_targets": 48, "att": 32}  # neither xl nor W_E
+        assert s.gathers == [model.Gather("grad", 6, 32, 96), model.Gather("records", 6, 20, 120)]
+        assert s.flops == 5 * 48
 
 
 def test_dense_and_sparse_products_by_hand(dims):

@@ -149,8 +149,8 @@ def k_target(d, s=None):
         writes["bias_part"] = d.att_blocks * row
     if D:
         writes.update(grad_u=d.nnz * D * d.f, we_part=d.att_blocks * row * D)
-    if d.source_signs:
-        writes["signs"] = ehc  # one byte per edge and channel
+    if d.source_records:
+        writes["records"] = d.nnz * d.record  # weight, δ and the signs as bits, per edge
     model = Model(
         reads={"indptr": (d.n + 1) * d.i, "indices": d.nnz * d.i, "xr": d.n * row, "grad": d.n * row,
                "alpha": edge, "att": row, **_edge_reads(d)},
@@ -167,18 +167,19 @@ def k_target(d, s=None):
 
 def k_source(d, s=None):
     """Backward source pass ``gatv2_backward_source_rows``: ``Q_j`` in source-major order; gathers ``xr[i]``,
-    ``grad[i]``, ``alpha[e]``, ``delta[e]`` (and ``u[e]``) per edge, reads ``xl[j]`` in order."""
+    ``grad[i]``, ``alpha[e]``, ``delta[e]`` (and ``u[e]``) per edge, reads ``xl[j]`` in order; on big graphs
+    (``records.gatv2_backward_source_record_rows``) ``grad[i]`` and the edge's record instead."""
     row = d.hc * d.f
     erow = d.heads * d.f
     D = d.edge_dim
-    gathers = [Gather("grad", d.nnz, row, d.n * row),
-               Gather("alpha", d.nnz, erow, d.nnz * erow), Gather("delta", d.nnz, erow, d.nnz * erow)]
+    gathers = [Gather("grad", d.nnz, row, d.n * row)]
     reads = {"src_indptr": (d.ns + 1) * d.i, "src_edges": d.nnz * d.i, "src_targets": d.nnz * d.i, "att": row}
     # per edge and channel: δ·a mul, ·s mul, α·g mul, add, accumulate; forming z: add (+ D mul + add)
     flops = 5 * d.nnz * d.hc
-    if d.source_signs:  # z > 0 read per edge (the target pass wrote it) instead of forming z
-        gathers.append(Gather("signs", d.nnz, d.hc, d.nnz * d.hc))
+    if d.source_records:  # weight, δ and z > 0 read per edge (the target pass wrote them) instead of forming z
+        gathers.append(Gather("records", d.nnz, d.record, d.nnz * d.record))
     else:
+        gathers += [Gather("alpha", d.nnz, erow, d.nnz * erow), Gather("delta", d.nnz, erow, d.nnz * erow)]
         gathers.insert(0, Gather("xr", d.nnz, row, d.n * row))
         reads["xl"] = d.ns * row
         flops += (1 + 2 * D) * d.nnz * d.hc

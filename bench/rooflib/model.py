@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gatfast.kernels import LEAKY_RELU, num_att_blocks
-from gatfast.layers.passes import source_prefetch_distance, uses_source_signs
+from gatfast.kernels import LEAKY_RELU, num_att_blocks, record_bytes
+from gatfast.layers.passes import source_prefetch_distance, uses_source_records
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,16 @@ class Dims:
     bipartite: bool = False  # (x_src, x_dst) as two arrays: two projections and two input gradients
     n_src: int = 0  # source nodes (0: as many as targets)
     in_dst: int = 0  # F_dst (0: in_features)
-    source_signs: bool = False  # the target pass writes z > 0 per edge and channel, the source pass reads it
+    source_records: bool = False  # the target pass writes each edge's record, the source pass reads it (records.py)
 
     @property
     def hc(self):
         return self.heads * self.channels
+
+    @property
+    def record(self):
+        """Bytes of an edge's source record (``kernels/records.py``)."""
+        return record_bytes(self.heads, self.channels, self.f)
 
     @property
     def ns(self):
@@ -115,7 +120,7 @@ class Dims:
             graph, rows, rows, sized(graph.nnz, heads), sized(0, heads), sized(graph.nnz, edge_dim)
         )
         return cls(
-            source_signs=bool(edge_dim) and uses_source_signs(LEAKY_RELU, ahead),
+            source_records=uses_source_records(LEAKY_RELU, ahead),
             n=int(graph.num_dst),
             nnz=int(graph.nnz),
             heads=int(heads),

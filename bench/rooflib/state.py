@@ -10,8 +10,8 @@ from gatfast.kernels import (
     ACTIVATIONS,
     column_sum,
     gatv2_backward_source_edge_rows,
+    gatv2_backward_source_record_rows,
     gatv2_backward_source_rows,
-    gatv2_backward_source_sign_rows,
     gatv2_backward_target_blocks,
     gatv2_backward_target_edge_blocks,
     gatv2_forward_edge_rows,
@@ -19,8 +19,9 @@ from gatfast.kernels import (
     gatv2_pairwise_theta_r_rows,
     num_att_blocks,
     readonly,
+    record_bytes,
 )
-from gatfast.layers.passes import finishes_output, source_prefetch_distance, uses_source_signs
+from gatfast.layers.passes import finishes_output, source_prefetch_distance, uses_source_records
 
 
 def edge_weights(layer, params):
@@ -83,8 +84,9 @@ class State:
         self.grad_out = runner.grad
         self.g_heads = runner.grad.reshape(n_dst, H, C)
         self.ahead = source_prefetch_distance(g, self.xr, self.g_heads, self.alpha, self.edge_scale, self.u)
-        signs = self.edge_features and uses_source_signs(self.kind, self.ahead)
-        self.signs = np.empty((g.nnz, H, C), np.uint8) if signs else None
+        records = uses_source_records(self.kind, self.ahead)
+        self.records = np.empty((g.nnz, record_bytes(H, C, self.dtype.itemsize)), np.uint8) if records else None
+        self.rec_w = None if self.records is None else self.records.view(self.dtype)
         nnz = g.nnz
         blocks = num_att_blocks(n_dst)
         self.upstream = np.empty((nnz, H), self.dtype)
@@ -126,9 +128,9 @@ class State:
         blocks = self.att_part.shape[0]
         if self.edge_features:
             self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.u, self.weT, *common, self.we_part,
-                       self.grad_u, self.signs, self.bias_part)
+                       self.grad_u, self.rec_w, self.records, self.bias_part)
         else:
-            self._rows(gatv2_backward_target_blocks, blocks, *head, *common, self.bias_part)
+            self._rows(gatv2_backward_target_blocks, blocks, *head, *common, self.bias_part, self.rec_w, self.records)
         if self.bias is not None:  # the layer's bias gradient from the blocks, which checks grad_out
             V.all_finite(column_sum(self.bias_part.reshape(blocks, -1)))
         if self.pairwise:
@@ -141,9 +143,10 @@ class State:
                 self.ahead)
         tail = (self.edge_scale, self.alpha, self.delta, self.g_heads, self.q_term)
         n_src = len(self.src_indptr) - 1
-        if self.signs is not None:
-            self._rows(gatv2_backward_source_sign_rows, n_src, self.src_indptr, self.src_edges, self.src_targets,
-                       self.att, self.slope, self.ahead, readonly(self.signs), *tail)
+        if self.records is not None:
+            self._rows(gatv2_backward_source_record_rows, n_src, self.src_indptr, self.src_edges, self.src_targets,
+                       self.att, self.slope, self.ahead, readonly(self.rec_w), readonly(self.records), self.g_heads,
+                       self.q_term)
         elif self.edge_features:
             self._rows(gatv2_backward_source_edge_rows, n_src, *head, self.u, self.weT, *tail)
         else:

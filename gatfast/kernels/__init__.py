@@ -16,15 +16,19 @@ import numpy as np
 
 from . import cache_stamp
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
-from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks, num_att_blocks
+from .backward import (
+    gatv2_backward_source_rows,
+    gatv2_backward_target_blocks,
+    num_att_blocks,
+)
 from .backward_edge import (
     gatv2_backward_source_edge_rows,
-    gatv2_backward_source_sign_rows,
     gatv2_backward_target_edge_blocks,
 )
 from .edge_fill import FILL_CONST, FILL_MODES, fill_loop_attr, fill_loop_attr_backward
 from .forward import gatv2_forward_edge_rows, gatv2_forward_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
+from .records import gatv2_backward_source_record_rows, record_bytes
 from .reduce import column_sums
 from .sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
 from .transpose import transpose_into
@@ -42,7 +46,7 @@ __all__ = [
     "fill_loop_attr",
     "fill_loop_attr_backward",
     "gatv2_backward_source_edge_rows",
-    "gatv2_backward_source_sign_rows",
+    "gatv2_backward_source_record_rows",
     "gatv2_backward_source_rows",
     "gatv2_backward_target_blocks",
     "gatv2_backward_target_edge_blocks",
@@ -50,6 +54,7 @@ __all__ = [
     "gatv2_forward_rows",
     "gatv2_pairwise_theta_r_rows",
     "num_att_blocks",
+    "record_bytes",
     "transpose",
 ]
 

@@ -28,13 +28,15 @@ thread pool). Arrays are as in ``forward.py``; bipartite graphs have
 (``xl``, ``q_out``).
 """
 
+import numpy as np
 from numba import njit
 
 from .activations import LEAKY_RELU, act, act_slope
-from .edge_sums import source_row_sums, target_row_sums
+from .edge_sums import source_row_sums, target_row_sums, target_row_sums_signs
 from .head_sums import row_dots
 from .ir_parts import ALL_HEADS, edges_at_once, typed_contiguous
 from .prefetch import PREFETCH_DISTANCE, prefetch_row
+from .records import check_records
 from .simd import dot_rows
 from .softmax import row_deltas
 
@@ -121,7 +123,7 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
 @njit(nogil=True, cache=True)
 def gatv2_backward_target_blocks(
     b0, b1, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, grad, upstream, delta, p_out, att_part,
-    bias_part,
+    bias_part, rec_w, rec_signs,
 ):
     """Target pass over the row blocks ``[b0, b1)``; ``B = att_part.shape[0]`` blocks of ``ceil(n_dst / B)`` rows.
 
@@ -129,8 +131,11 @@ def gatv2_backward_target_blocks(
     ``upstream`` (E, H) = ``A_ij`` (scaled by the dropout mask), ``delta``
     (E, H) = ``∂L/∂e_ij``, ``p_out`` (n_dst, H, C) = ``P_i`` and
     ``att_part`` (B, H, C): block ``b`` gets ``Σ_{i in block} Σ_k δ_ik act(z_ik)``;
-    and, unless it has no rows, ``bias_part`` (B, H, C): block ``b`` gets
-    ``Σ_{i in block} grad[i]``, the rows added in order (see :func:`check_bias_part`).
+    unless it has no rows, ``bias_part`` (B, H, C): block ``b`` gets
+    ``Σ_{i in block} grad[i]``, the rows added in order (see :func:`check_bias_part`);
+    and, for LeakyReLU unless ``rec_signs`` is None, each edge's source record
+    (``rec_w`` (E, R / itemsize) and ``rec_signs`` (E, R) uint8, views of one
+    buffer; ``records.py``) for ``records.gatv2_backward_source_record_rows``.
     """
     n = indptr.size - 1
     block = -(-n // att_part.shape[0]) if n > 0 else 1
@@ -140,6 +145,9 @@ def gatv2_backward_target_blocks(
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
     with_bias = check_bias_part(bias_part, att_part)
+    sign_base = 0 if rec_signs is None else check_records(rec_w, rec_signs, indices.size, heads, channels, kind)
+    head_bytes = (channels + 7) // 8
+    dropout = edge_scale.shape[0] > 0
     for b in range(b0, b1):
         for h in range(heads):
             for c in range(channels):
@@ -154,12 +162,21 @@ def gatv2_backward_target_blocks(
                     for c in range(channels):
                         bias_part[b, h, c] += grad[i, h, c]
             upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
+            if rec_signs is not None:  # the weights and deltas the source pass reads, in CSR order
+                for e in range(start, end):
+                    for h in range(heads):
+                        rec_w[e, h] = alpha[e, h] * edge_scale[e, h] if dropout else alpha[e, h]
+                        rec_w[e, heads + h] = delta[e, h]
             # ∂a partials and the Θ_R term; xl[j] is still in cache. LeakyReLU: the channels in
             # whole vectors with the sums in registers (see edge_sums.py), the rest in the loop below
             first = 0
             if leaky:  # every head (ir_parts.for_heads)
-                first = target_row_sums(p_out, att_part, b, i, ALL_HEADS, xl, xr, att, indices, delta, start, end,
-                                        slope)
+                if rec_signs is None:
+                    first = target_row_sums(p_out, att_part, b, i, ALL_HEADS, xl, xr, att, indices, delta, start,
+                                            end, slope)
+                else:
+                    first = target_row_sums_signs(p_out, att_part, b, i, ALL_HEADS, xl, xr, att, indices, delta,
+                                                  start, end, slope, rec_signs, sign_base)
             if first == channels:
                 continue
             for h in range(heads):
@@ -180,6 +197,13 @@ def gatv2_backward_target_blocks(
                             z = xr[i, h, c] + xl[j, h, c]
                             att_part[b, h, c] += dl * act(z, kind, slope)
                             p_out[i, h, c] += dl * act_slope(z, kind, slope)
+                    if rec_signs is not None:  # the signs of the channels left to this loop
+                        for k in range(sign_base + h * head_bytes + first // 8, sign_base + (h + 1) * head_bytes):
+                            rec_signs[e, k] = 0
+                        for c in range(first, channels):
+                            if xr[i, h, c] + xl[j, h, c] > zero:
+                                k = sign_base + h * head_bytes + c // 8
+                                rec_signs[e, k] |= np.uint8(1 << (c % 8))
             for h in range(heads):
                 for c in range(first, channels):
                     p_out[i, h, c] *= att[h, c]

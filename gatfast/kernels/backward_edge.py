@@ -36,6 +36,7 @@ from .edge_terms import attribute_grads, target_edge_terms
 from .gemm import matmul_rows
 from .ir_parts import ALL_HEADS
 from .prefetch import prefetch_row
+from .records import check_records
 from .simd import dot3
 
 #: edges whose ``q_ij`` the target pass keeps before adding their ``u_ij ⊗ q_ij`` to ``∂L/∂W_E`` in one
@@ -65,7 +66,8 @@ def gatv2_backward_target_edge_blocks(
     att_part,
     we_part,
     grad_u,
-    signs,
+    rec_w,
+    rec_signs,
     bias_part,
 ):
     """``gatv2_backward_target_blocks`` with edge features (``bias_part`` as there).
@@ -73,9 +75,9 @@ def gatv2_backward_target_edge_blocks(
     Also writes ``we_part`` (B, H, D, C), the blocks' ``Σ q_ij ⊗ u_ij``
     (fused multiply-adds in edge order, see the module docstring), and
     ``grad_u`` (E, D) = ``W_Eᵀ q_ij`` (none when ``grad_u`` has no rows: the
-    attributes' gradient was not asked for); and, for LeakyReLU unless ``signs``
-    is None, ``signs`` (E, H, C) uint8 = ``z_ij > 0`` for
-    :func:`gatv2_backward_source_sign_rows`.
+    attributes' gradient was not asked for); and, for LeakyReLU unless ``rec_signs``
+    is None, each edge's source record (``rec_w`` and ``rec_signs``, one buffer; ``records.py``)
+    for ``records.gatv2_backward_source_record_rows``.
     """
     n = indptr.size - 1
     block = -(-n // att_part.shape[0]) if n > 0 else 1
@@ -93,11 +95,11 @@ def gatv2_backward_target_edge_blocks(
     # dot3 (where attribute_grads steps aside) reads whole vectors of it; one channel has any stride
     if channels > 1 and weT.strides[2] != weT.itemsize:
         raise ValueError("weT must have contiguous channels")
-    if signs is not None:  # written without bounds checks, and only by the LeakyReLU branches
-        if signs.shape[0] != indptr[n] or signs.shape[1] != heads or signs.shape[2] != channels:
-            raise ValueError("signs must have shape (edges, heads, channels)")
-        if not leaky:
-            raise ValueError("signs are written for the LeakyReLU attention only")
+    sign_base = (
+        0 if rec_signs is None else check_records(rec_w, rec_signs, indices.size, heads, channels, kind)
+    )
+    head_bytes = (channels + 7) // 8
+    dropout = edge_scale.shape[0] > 0
     with_bias = check_bias_part(bias_part, att_part)
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     # whole arrays for the tile (views made in the loops would count references there)
@@ -126,6 +128,11 @@ def gatv2_backward_target_edge_blocks(
                 for c in range(channels):
                     p_out[i, h, c] = zero
             upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
+            if rec_signs is not None:  # as backward.gatv2_backward_target_blocks
+                for e in range(start, end):
+                    for h in range(heads):
+                        rec_w[e, h] = alpha[e, h] * edge_scale[e, h] if dropout else alpha[e, h]
+                        rec_w[e, heads + h] = delta[e, h]
             for e in range(start, end):
                 j = indices[e]
                 # LeakyReLU: the channels in whole vectors without scratch rows (see edge_sums.py)
@@ -149,7 +156,8 @@ def gatv2_backward_target_edge_blocks(
                             weT,
                             delta[e, h],
                             slope,
-                            signs,
+                            rec_signs,
+                            sign_base,
                         )
                 if first < channels:
                     edge_z(zb, xr, i, xl, j, u, weT, e)
@@ -161,9 +169,13 @@ def gatv2_backward_target_edge_blocks(
                                 pos = z > zero
                                 sb[0, h, c] = one if pos else slope
                                 att_part[b, h, c] += dl * (z if pos else slope * z)
-                            if signs is not None:
+                            if rec_signs is not None:  # the signs of the channels left to this loop
+                                at = sign_base + h * head_bytes
+                                for kk in range(at + first // 8, at + head_bytes):
+                                    rec_signs[e, kk] = 0
                                 for c in range(first, channels):
-                                    signs[e, h, c] = zb[0, h, c] > zero
+                                    if zb[0, h, c] > zero:
+                                        rec_signs[e, at + c // 8] |= np.uint8(1 << (c % 8))
                         else:
                             for c in range(first, channels):
                                 z = zb[0, h, c]
@@ -283,61 +295,3 @@ def gatv2_backward_source_edge_rows(
                         q_out[j, h, c] += (
                             dl * att[h, c] * act_slope(zb[0, h, c], kind, slope) + w * grad[i, h, c]
                         )
-
-
-@njit(nogil=True, cache=True)
-def gatv2_backward_source_sign_rows(
-    j0,
-    j1,
-    src_indptr,
-    src_edges,
-    src_targets,
-    att,
-    slope,
-    ahead,
-    signs,
-    edge_scale,
-    alpha,
-    delta,
-    grad,
-    q_out,
-):
-    """The LeakyReLU source pass with edge features, reading each edge's ``z > 0`` from ``signs``.
-
-    ``gatv2_backward_source_edge_rows`` forms every ``z_ij`` again, gathering
-    ``xr[i]`` and ``u[e]`` and multiplying by ``W_E``, only for its sign;
-    here the target pass wrote the signs (E, H, C bytes, in CSR order) and
-    this pass reads them at each edge's position, with the same arithmetic
-    (the same bits). For big graphs (``ahead`` rows prefetched): on
-    ``large-edge`` the pass took 0.65x the time (``bench/source_order.py``).
-    """
-    heads = att.shape[0]
-    channels = att.shape[1]
-    row_bytes = heads * channels * grad.itemsize
-    edge_bytes = heads * alpha.itemsize
-    dropout = edge_scale.shape[0] > 0
-    zero = grad.dtype.type(0.0)
-    one = grad.dtype.type(1.0)
-    for j in range(j0, j1):
-        for h in range(heads):
-            for c in range(channels):
-                q_out[j, h, c] = zero
-        for p in range(src_indptr[j], src_indptr[j + 1]):
-            if p + ahead < src_edges.size:
-                edge = src_edges[p + ahead]
-                prefetch_row(grad, src_targets[p + ahead], row_bytes)
-                prefetch_row(signs, edge, heads * channels)
-                prefetch_row(alpha, edge, edge_bytes)
-                prefetch_row(delta, edge, edge_bytes)
-                if dropout:
-                    prefetch_row(edge_scale, edge, edge_bytes)
-            e = src_edges[p]
-            i = src_targets[p]
-            for h in range(heads):
-                dl = delta[e, h]
-                w = alpha[e, h]
-                if dropout:
-                    w = w * edge_scale[e, h]
-                for c in range(channels):
-                    s = one if signs[e, h, c] != 0 else slope
-                    q_out[j, h, c] += dl * att[h, c] * s + w * grad[i, h, c]

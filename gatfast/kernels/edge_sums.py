@@ -69,49 +69,74 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
     Returns the first channel of each head not done, ``C - C mod 8`` (0
     for arrays that are not C-contiguous).
     """
+    return _target_typing(p_out, att_part, xl, xr, att, indices, delta, None)
+
+
+@intrinsic
+def target_row_sums_signs(
+    typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, delta, lo, hi, slope, records, sign_base
+):
+    """:func:`target_row_sums`, also writing each edge's signs ``z > 0`` as bits into its source record.
+
+    ``records`` (E, R) uint8: edge ``e``'s bit for channel ``c`` of head ``h``
+    is bit ``c mod 8`` of byte ``sign_base + h ceil(C / 8) + c // 8`` of row
+    ``e`` (``records.py``); one byte per vector of 8 channels, for the
+    channels this intrinsic does.
+    """
+    if not (isinstance(records, types.Array) and records.dtype == types.uint8 and records.ndim == 2):
+        return None
+    return _target_typing(p_out, att_part, xl, xr, att, indices, delta, records)
+
+
+def _target_typing(p_out, att_part, xl, xr, att, indices, delta, records):
+    """The signature and code of the target intrinsics (``records`` None: no signs written)."""
     arrays = (p_out, att_part, xl, xr, att, indices, delta)
     if not arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
         return None
+    index = types.intp
+    tail = () if records is None else (records, index)
     sig = types.intp(
-        p_out,
-        att_part,
-        types.intp,
-        types.intp,
-        types.intp,
-        xl,
-        xr,
-        att,
-        indices,
-        delta,
-        types.intp,
-        types.intp,
-        p_out.dtype,
+        p_out, att_part, index, index, index, xl, xr, att, indices, delta, index, index, p_out.dtype, *tail
     )
-    vectorised = all_contiguous(p_out, att_part, xl, xr, att)  # the rows read as vectors
+    # the rows read as vectors
+    vectorised = all_contiguous(p_out, att_part, xl, xr, att, *([] if records is None else [records]))
+    return sig, _target_codegen(vectorised, records is not None)
+
+
+_TARGET_NAMES = (
+    "p_out",
+    "att_part",
+    "b",
+    "i",
+    "h",
+    "xl",
+    "xr",
+    "att",
+    "indices",
+    "delta",
+    "lo",
+    "hi",
+    "slope",
+)
+
+
+def _target_codegen(vectorised, with_signs):
+    """The code of :func:`target_row_sums` (``with_signs``: of :func:`target_row_sums_signs`)."""
+    names = _TARGET_NAMES + (("records", "sign_base") if with_signs else ())
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
         if not vectorised:
             return ir.Constant(intp, 0)
-        names = (
-            "p_out",
-            "att_part",
-            "b",
-            "i",
-            "h",
-            "xl",
-            "xr",
-            "att",
-            "indices",
-            "delta",
-            "lo",
-            "hi",
-            "slope",
-        )
         a, arr, v = leaky_setup(context, builder, signature, args, names)
         vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         heads = builder.extract_value(arr["p_out"].shape, 1)
         channels = builder.extract_value(arr["p_out"].shape, 2)
+        mask_ty = ir.IntType(LANES)
+        # bytes of signs per head: ceil(C / 8)
+        head_bytes = builder.udiv(
+            builder.add(channels, ir.Constant(intp, LANES - 1)), ir.Constant(intp, LANES)
+        )
 
         def head_run(h, width, head_of, _fused):
             """The channels ``[0, width)`` of row ``i`` from head ``h`` (``ir_parts.for_heads``)."""
@@ -132,12 +157,21 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
                 with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (e, _):
                     j = load_index(context, builder, arr["indices"], signature.args[8], e)
                     l_row = row_pointer(builder, arr["xl"], j, h)
+                    if with_signs:  # a fused run's offsets go on into the next heads, whose bytes follow
+                        sign_row = element_pointer(
+                            builder,
+                            arr["records"],
+                            [e, builder.add(a["sign_base"], builder.mul(h, head_bytes))],
+                        )
                     for part, p, r, off, hv in zip(parts, ps, rs, offsets, heads_v):
                         dl = splat(
                             builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty
                         )
                         z = builder.fadd(r, load_vector(builder, l_row, off, vec_ty))
                         positive = builder.fcmp_ordered(">", z, zero_v)
+                        if with_signs:  # lane k -> bit k
+                            byte = builder.gep(sign_row, [builder.udiv(off, ir.Constant(intp, LANES))])
+                            builder.store(builder.bitcast(positive, mask_ty), byte)
                         act = builder.select(positive, z, builder.fmul(slope_v, z))
                         builder.store(builder.fadd(builder.load(part), builder.fmul(dl, act)), part)
                         grad_act = builder.select(positive, one_v, slope_v)
@@ -156,7 +190,7 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
         for_heads(builder, a["h"], heads, channels, head_run)
         return whole_vector_channels(builder, channels)
 
-    return sig, codegen
+    return codegen
 
 
 _SOURCE_NAMES = (

@@ -51,7 +51,7 @@ TARGET_EDGE_GROUP = 4  # vectors whose z are formed side by side (chains of D de
 
 @intrinsic
 def target_edge_terms(
-    typingctx, p_out, att_part, qb, b, i, h, e, j, k, xl, xr, att, u, weT, dl, slope, signs
+    typingctx, p_out, att_part, qb, b, i, h, e, j, k, xl, xr, att, u, weT, dl, slope, records, sign_base
 ):
     """Edge ``e = (j -> i)``, head ``h`` of the target pass with edge features (LeakyReLU), whole vectors.
 
@@ -60,13 +60,16 @@ def target_edge_terms(
     z)``, ``qb[k, h, c] = (dl att[h, c]) s`` with ``s = 1 if z > 0 else
     slope`` and ``p_out[i, h, c] += dl s``: the per-channel operations of
     ``backward_edge.py``'s loops, without their scratch rows for ``z`` and
-    ``s``; and, unless ``signs`` is None, ``signs[e, h, c] = z > 0`` (one
-    byte per channel, for the source pass). ``qb``'s row ``k`` is the edge's
-    place in the kernel's buffer of ``q`` (for ``∂L/∂W_E``). Returns the
-    first channel not done (0 for arrays that are not C-contiguous).
+    ``s``; and, unless ``records`` is None, the signs ``z > 0`` as bits of
+    edge ``e``'s source record (``records.py``, from byte ``sign_base``; one
+    byte per vector). ``qb``'s row ``k`` is the edge's place in the kernel's
+    buffer of ``q`` (for ``∂L/∂W_E``). Returns the first channel not done (0
+    for arrays that are not C-contiguous).
     """
-    has_signs = not isinstance(signs, types.NoneType)
-    if has_signs and not (isinstance(signs, types.Array) and signs.dtype == types.uint8 and signs.ndim == 3):
+    has_signs = not isinstance(records, types.NoneType)
+    if has_signs and not (
+        isinstance(records, types.Array) and records.dtype == types.uint8 and records.ndim == 2
+    ):
         return None
     arrays = (p_out, att_part, qb, xl, xr, att, u, weT)
     if not arrays_ok(arrays, (3, 3, 3, 3, 3, 2, 2, 3)):
@@ -74,16 +77,18 @@ def target_edge_terms(
     index = types.intp
     sig = types.intp(
         p_out, att_part, qb, index, index, index, index, index, index, xl, xr, att, u, weT, p_out.dtype,
-        p_out.dtype, signs,
+        p_out.dtype, records, index,
     )  # fmt: skip
-    vectorised = all_contiguous(p_out, att_part, qb, xl, xr, att, weT, *([signs] if has_signs else []))
+    vectorised = all_contiguous(p_out, att_part, qb, xl, xr, att, weT, *([records] if has_signs else []))
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
         if not vectorised:
             return ir.Constant(intp, 0)
         names = ("p_out", "att_part", "qb", "b", "i", "h", "e", "j", "k", "xl", "xr", "att", "u", "weT")
-        a, arr, v = leaky_setup(context, builder, signature, args, names + ("dl", "slope", "signs"))
+        a, arr, v = leaky_setup(
+            context, builder, signature, args, names + ("dl", "slope", "records", "sign_base")
+        )
         vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         dl = splat(builder, a["dl"], vec_ty)
         h, e, b = a["h"], a["e"], a["b"]
@@ -96,10 +101,14 @@ def target_edge_terms(
             "l": row_pointer(builder, arr["xl"], a["j"], h),
             "att": element_pointer(builder, arr["att"], [h, zero]),
         }
-        if has_signs:
-            rows["signs"] = row_pointer(builder, arr["signs"], e, h)
-            bytes_ty = ir.VectorType(ir.IntType(8), LANES)
         channels = builder.extract_value(arr["p_out"].shape, 2)
+        if has_signs:  # head h's sign bytes: ceil(C / 8) of them
+            head_bytes = builder.udiv(
+                builder.add(channels, ir.Constant(intp, LANES - 1)), ir.Constant(intp, LANES)
+            )
+            rows["signs"] = element_pointer(
+                builder, arr["records"], [e, builder.add(a["sign_base"], builder.mul(h, head_bytes))]
+            )
 
         def vectors(base, count):
             offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
@@ -113,8 +122,9 @@ def target_edge_terms(
                 add_edge_terms(builder, arr["u"], arr["weT"], e, h, zs, offsets, vec_ty), offsets
             ):
                 positive = builder.fcmp_ordered(">", zv, zero_v)
-                if has_signs:
-                    store_vector(builder, rows["signs"], off, builder.zext(positive, bytes_ty))
+                if has_signs:  # lane k -> bit k
+                    byte = builder.gep(rows["signs"], [builder.udiv(off, ir.Constant(intp, LANES))])
+                    builder.store(builder.bitcast(positive, ir.IntType(LANES)), byte)
                 act = builder.select(positive, zv, builder.fmul(slope_v, zv))
                 part = load_vector(builder, rows["part"], off, vec_ty)
                 store_vector(builder, rows["part"], off, builder.fadd(part, builder.fmul(dl, act)))

@@ -194,6 +194,8 @@ def small_layer_backward(
         p_term,
         att_part,
         bias_part,
+        None,
+        None,
     )
     if in_target_pass:  # the blocks added in order, from zero (kernels.column_sum)
         for c in range(width):

@@ -19,8 +19,8 @@ from ..kernels import (
     LEAKY_RELU,
     column_sum,
     gatv2_backward_source_edge_rows,
+    gatv2_backward_source_record_rows,
     gatv2_backward_source_rows,
-    gatv2_backward_source_sign_rows,
     gatv2_backward_target_blocks,
     gatv2_backward_target_edge_blocks,
     gatv2_forward_edge_rows,
@@ -28,6 +28,7 @@ from ..kernels import (
     gatv2_pairwise_theta_r_rows,
     num_att_blocks,
     readonly,
+    record_bytes,
 )
 from ..kernels.prefetch import source_pass_ahead
 from ..kernels.reduce import column_sums
@@ -44,7 +45,7 @@ __all__ = [
     "finishes_output",
     "kernel_constants",
     "source_prefetch_distance",
-    "uses_source_signs",
+    "uses_source_records",
 ]
 
 
@@ -141,14 +142,14 @@ def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
     return source_pass_ahead(gathered, lambda: g.mean_edge_span() * row_bytes)
 
 
-def uses_source_signs(kind, ahead):
-    """Whether a LeakyReLU layer with edge features has its target pass write each edge's ``z > 0``
-    (E x H x C bytes) for the source pass to read, instead of forming ``z`` again there.
+def uses_source_records(kind, ahead):
+    """Whether a LeakyReLU layer's target pass writes each edge's source record (``kernels/records.py``:
+    its weight, ``δ`` and the signs ``z > 0`` as bits) for the source pass to read, instead of that pass
+    gathering ``xr[i]`` (and ``u[e]``) to form ``z`` again, and ``alpha[e]`` and ``delta[e]``.
 
-    On big graphs only (the source pass prefetches, ``ahead`` not None): on
-    ``large-edge`` the source pass took 0.65x the time with them
-    (``bench/source_order.py``, one thread, AMD EPYC); without edge features
-    forming ``z`` costs two row reads, and the bytes were slower (1.07-1.37x).
+    On big graphs only (the source pass prefetches, ``ahead`` not None): there
+    each gather is a cache miss, and the records save half of them; on graphs
+    that fit in cache they are writes the source pass does not need.
     """
     return ahead is not None and kind == LEAKY_RELU
 
@@ -202,29 +203,34 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     head = (g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind)
     ahead = source_prefetch_distance(g, cache.xr, g_heads, cache.alpha, cache.edge_scale, u)
     source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, ahead)
+    records = uses_source_records(kind, ahead)
+    if records:  # the target pass writes them, the source pass reads them (kernels/records.py)
+        rec_signs = ws.empty("source_records", (g.nnz, record_bytes(H, C, dtype.itemsize)), np.uint8)
+        rec_w = rec_signs.view(dtype)
+    else:
+        rec_w = rec_signs = None
     if layer.edge_dim is None:
         _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + (
-            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part), work)
-        if in_target_pass:  # a non-finite grad_out is refused before the source pass
-            grads["bias"] = _bias_from_parts(bias_part, grad_out, check_grad)
-        _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head + (
-            cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part, rec_w, rec_signs),
+            work)
     else:
         we_part = ws.empty("we_part", (blocks, H, dims, C), dtype)  # every block zeroes its own
         grad_u = ws.empty("grad_u", (g.nnz if edge_grad else 0, dims), dtype)
-        signs = ws.empty("signs", (g.nnz, H, C), np.uint8) if uses_source_signs(kind, ahead) else None
         _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + (
             u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u,
-            signs, bias_part), work)
-        if in_target_pass:
-            grads["bias"] = _bias_from_parts(bias_part, grad_out, check_grad)
-        if signs is None:
-            _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
-                u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
-        else:
-            _runtime.run_rows(gatv2_backward_source_sign_rows, n_src, (
-                src_indptr, src_edges, ws.source_targets(g), params["att"], slope, ahead, readonly(signs),
-                cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+            rec_w, rec_signs, bias_part), work)
+    if in_target_pass:  # a non-finite grad_out is refused before the source pass
+        grads["bias"] = _bias_from_parts(bias_part, grad_out, check_grad)
+    if records:
+        _runtime.run_rows(gatv2_backward_source_record_rows, n_src, (
+            src_indptr, src_edges, ws.source_targets(g), params["att"], slope, ahead, readonly(rec_w),
+            readonly(rec_signs), g_heads, q_term), work)
+    elif layer.edge_dim is None:
+        _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head + (
+            cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
+    else:
+        _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
+            u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     if pairwise:  # the paper's form replaces the O(N) P_i the target pass wrote
         _runtime.run_rows(gatv2_pairwise_theta_r_rows, n_dst, head + (u, weT, cache.alpha, upstream, p_term), work)
     grads["att"] = column_sum(att_part.reshape(blocks, H * C)).reshape(H, C)
