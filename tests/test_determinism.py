@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import gatfast
+import gatfast.layers.passes as passes
 from gatfast import CSRGraph, GATv2Layer
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 from gatfast.kernels.simd import dot_rows, leaky_score
 
 N_NODES = 3000
@@ -59,7 +61,11 @@ def restore_threads():
         (np.float64, dict(heads=1, edge_dim=1, out_features=33, concat=False)),
     ],
 )
-def test_same_bits_for_one_and_two_threads(restore_threads, dtype, kw):
+# prefetch: the backward of big graphs (with LeakyReLU, the source records)
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_same_bits_for_one_and_two_threads(restore_threads, monkeypatch, dtype, kw, prefetch):
+    if prefetch:
+        monkeypatch.setattr(passes, "source_pass_ahead", lambda gathered, span: PREFETCH_DISTANCE)
     graph = big_graph()
     rng = np.random.default_rng(2)
     kw = dict(kw)

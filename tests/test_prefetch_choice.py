@@ -51,10 +51,8 @@ def test_source_pass_ahead_thresholds():
         (np.float32, dict(heads=8, out_features=8)),  # every head's vectors in one walk
         (np.float64, dict(heads=4, out_features=16, dropout=0.5)),
         (np.float32, dict(heads=3, out_features=7, edge_dim=4, dropout=0.2)),
-        (
-            np.float32,
-            dict(heads=3, out_features=12, edge_dim=4),
-        ),  # vectors and a tail: the signs' bytes and bits
+        # vectors and a tail: the signs' bytes (vectors) and bits (the tail)
+        (np.float32, dict(heads=3, out_features=12, edge_dim=4)),
         (np.float64, dict(heads=2, out_features=17, edge_dim=2, dropout=0.3)),
         (np.float32, dict(heads=1, out_features=16, attention_activation="softplus")),
     ],
@@ -83,6 +81,6 @@ def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw
         # with LeakyReLU the prefetching path reads the target pass's records (kernels/records.py)
         assert bool(records_read) == ("attention_activation" not in kw and ahead is not None)
     for name, value in grads[None].items():
-        np.testing.assert_array_equal(value, grads[PREFETCH_DISTANCE][name], err_msg=name)
+        assert value.tobytes() == grads[PREFETCH_DISTANCE][name].tobytes(), name  # bits, -0 and NaNs included
     assert asked == [None, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path
     assert np.abs(grads[None]["x"]).sum() > 0

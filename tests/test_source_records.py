@@ -113,6 +113,21 @@ def test_the_source_pass_refuses_records_of_another_shape():
         run(np.zeros((indices.size, width - 4), np.uint8))
     with pytest.raises(ValueError, match="records"):
         run(np.zeros((indices.size + 1, width), np.uint8))
+    with pytest.raises(ValueError, match="records"):  # a float view of another buffer's width
+        records = np.zeros((indices.size, width), np.uint8)
+        gatv2_backward_source_record_rows(0, n, src_indptr, src_edges, src_targets, att, dtype(0.2), 16,
+                                          np.zeros((indices.size, width // 4 + 1), dtype), records, grad,
+                                          np.empty((n, heads, channels), dtype))  # fmt: skip
+    with pytest.raises(ValueError, match="layer's floats"):  # float64 records for float32 data
+        records = np.zeros((indices.size, 40), np.uint8)
+        gatv2_backward_source_record_rows(0, n, src_indptr, src_edges, src_targets, att, dtype(0.2), 16,
+                                          records.view(np.float64), records, grad,
+                                          np.empty((n, heads, channels), dtype))  # fmt: skip
+    with pytest.raises(ValueError, match="q_out"):
+        gatv2_backward_source_record_rows(0, n, src_indptr, src_edges, src_targets, att, dtype(0.2), 16,
+                                          np.zeros((indices.size, width), np.uint8).view(dtype),
+                                          np.zeros((indices.size, width), np.uint8), grad,
+                                          np.empty((n, heads + 1, channels), dtype))  # fmt: skip
     with pytest.raises(ValueError, match="grad"):
         run(np.zeros((indices.size, width), np.uint8), grad=np.zeros((n, heads, channels + 1), dtype))
     with pytest.raises(ValueError, match="src_targets"):

@@ -15,8 +15,10 @@ one head of whole vectors, a row's ``A_ij`` come from up to 8 edges side by
 side (``head_sums.row_dots``, the same bits).
 With LeakyReLU attention the per-row sums of both passes run in
 ``edge_sums.py`` (the sums in vector registers, the same bits) for the
-channels in whole 8-lane vectors; the loops here do the rest, every channel
-of other activations, and the source pass of graphs that need its prefetch.
+channels in whole 8-lane vectors; the loops here do the rest and every
+channel of other activations. On graphs that need the source pass's
+prefetch, the LeakyReLU target pass also writes each edge's source record
+and the source pass is ``records.py``'s (other activations: the one here).
 ``backward_edge.py`` has the same two passes with edge features. Each row
 (or source) writes only its own outputs, and each block its own partial
 sums; the blocks are fixed by the graph size alone and the caller adds
@@ -145,7 +147,7 @@ def gatv2_backward_target_blocks(
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
     with_bias = check_bias_part(bias_part, att_part)
-    sign_base = 0 if rec_signs is None else check_records(rec_w, rec_signs, indices.size, heads, channels, kind)
+    sign_base = 0 if rec_signs is None else check_records(rec_w, rec_signs, indices.size, heads, channels, kind, xl.itemsize)
     head_bytes = (channels + 7) // 8
     dropout = edge_scale.shape[0] > 0
     for b in range(b0, b1):
@@ -162,7 +164,8 @@ def gatv2_backward_target_blocks(
                     for c in range(channels):
                         bias_part[b, h, c] += grad[i, h, c]
             upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
-            if rec_signs is not None:  # the weights and deltas the source pass reads, in CSR order
+            # the weights and deltas the source pass reads, in CSR order (as in backward_edge.py: keep in step)
+            if rec_signs is not None:
                 for e in range(start, end):
                     for h in range(heads):
                         rec_w[e, h] = alpha[e, h] * edge_scale[e, h] if dropout else alpha[e, h]
@@ -197,7 +200,7 @@ def gatv2_backward_target_blocks(
                             z = xr[i, h, c] + xl[j, h, c]
                             att_part[b, h, c] += dl * act(z, kind, slope)
                             p_out[i, h, c] += dl * act_slope(z, kind, slope)
-                    if rec_signs is not None:  # the signs of the channels left to this loop
+                    if rec_signs is not None:  # the signs of the channels left to this loop (as backward_edge.py)
                         for k in range(sign_base + h * head_bytes + first // 8, sign_base + (h + 1) * head_bytes):
                             rec_signs[e, k] = 0
                         for c in range(first, channels):
@@ -215,6 +218,9 @@ def gatv2_backward_source_rows(
 ):
     """Source pass over sources ``[j0, j1)``: ``q_out[j]`` = ``Q_j``, the gradient of ``xl[j]``.
 
+    The layer's pass on graphs that fit in cache, and on big graphs for other
+    activations than LeakyReLU (which read the source records there:
+    ``records.gatv2_backward_source_record_rows``).
     ``src_edges`` (E,) lists the edge ids (CSR positions) grouped by source
     and ``src_targets`` (E,) their targets in that same order, so both are
     read sequentially; the scattered rows ``xr[i]``, ``grad[i]``,

@@ -96,7 +96,9 @@ def gatv2_backward_target_edge_blocks(
     if channels > 1 and weT.strides[2] != weT.itemsize:
         raise ValueError("weT must have contiguous channels")
     sign_base = (
-        0 if rec_signs is None else check_records(rec_w, rec_signs, indices.size, heads, channels, kind)
+        0
+        if rec_signs is None
+        else check_records(rec_w, rec_signs, indices.size, heads, channels, kind, xl.itemsize)
     )
     head_bytes = (channels + 7) // 8
     dropout = edge_scale.shape[0] > 0
@@ -128,7 +130,7 @@ def gatv2_backward_target_edge_blocks(
                 for c in range(channels):
                     p_out[i, h, c] = zero
             upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
-            if rec_signs is not None:  # as backward.gatv2_backward_target_blocks
+            if rec_signs is not None:  # as backward.gatv2_backward_target_blocks: keep in step
                 for e in range(start, end):
                     for h in range(heads):
                         rec_w[e, h] = alpha[e, h] * edge_scale[e, h] if dropout else alpha[e, h]

@@ -1,5 +1,5 @@
 """Building blocks of LLVM IR shared by the kernels' intrinsics (``combine.py``, ``edge_sums.py``,
-``edge_terms.py``, ``head_sums.py``, ``softmax.py``).
+``edge_terms.py``, ``head_sums.py``, ``records.py``, ``softmax.py``).
 
 Addresses from an array's data pointer and strides, vector stores, the
 loop over whole 8-lane vectors, the dropout factor without a branch, the
@@ -17,8 +17,8 @@ from numba.extending import intrinsic
 
 from .simd import LANES, element_pointer, splat
 
-#: The head argument that asks an intrinsic of ``combine.py`` or ``edge_sums.py`` for every head of a
-#: row (see :func:`for_heads`).
+#: The head argument that asks an intrinsic of ``combine.py``, ``edge_sums.py`` or ``records.py`` for every
+#: head of a row (see :func:`for_heads`).
 ALL_HEADS = -1
 
 

@@ -28,7 +28,9 @@ CACHE_LINE = 64  # bytes
 #: random graphs of in-degree 5: 32 channels, 2.8 MB gathered 103 / 116,
 #: 5.7 MB 136 / 94; 64 channels, 5.3 MB 78 / 108, 10.5 MB 205 / 136. On
 #: batches of graphs of 8-32 nodes (mean span 6 rows), 32 channels, without
-#: wins at every size: 5.8 MB 45 / 58, 185 MB 33 / 49.
+#: wins at every size: 5.8 MB 45 / 58, 185 MB 33 / 49. (Measured on the
+#: pass that forms z, whose gathered rows these sizes count; with LeakyReLU
+#: the same choice now also switches to the source records, ``records.py``.)
 SMALL_GATHER_BYTES = 4 << 20
 LOCAL_SPAN_BYTES = 32 << 10
 

@@ -43,6 +43,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .activations import LEAKY_RELU
+from .edge_sums import SOURCE_GROUP  # vectors at once, as the source pass forming z
 from .ir_parts import (
     ALL_HEADS,
     all_contiguous,
@@ -55,10 +56,8 @@ from .ir_parts import (
     vector_groups,
     whole_vector_channels,
 )
-from .prefetch import prefetch_row
+from .prefetch import prefetch_row, prefetch_whole_row
 from .simd import LANES, load_vector, row_pointer, splat
-
-SOURCE_GROUP = 4  # vectors at once, as edge_sums.SOURCE_GROUP
 
 LANES_PER_BYTE = 8  # one sign bit per channel: a vector's signs are one byte
 assert LANES == LANES_PER_BYTE
@@ -71,11 +70,14 @@ def record_bytes(heads, channels, itemsize):
 
 
 @njit(inline="always", cache=True)
-def check_records(rec_w, rec_signs, edges, heads, channels, kind):
+def check_records(rec_w, rec_signs, edges, heads, channels, kind, itemsize):
     """The byte where a record's signs start, after checking the records' shapes (the intrinsics write
-    them without bounds checks); ValueError if they do not fit ``edges`` edges of ``heads`` x ``channels``."""
+    them without bounds checks); ValueError if they do not fit ``edges`` edges of ``heads`` x ``channels``
+    of the layer's floats (``itemsize`` bytes)."""
     if kind != LEAKY_RELU:
         raise ValueError("source records hold LeakyReLU signs only")
+    if rec_w.itemsize != itemsize:
+        raise ValueError("records must hold the layer's floats")
     sign_base = 2 * heads * rec_w.itemsize
     width = rec_signs.shape[1]
     if (
@@ -104,9 +106,14 @@ def gatv2_backward_source_record_rows(
     """
     heads = att.shape[0]
     channels = att.shape[1]
-    sign_base = check_records(rec_w, rec_signs, src_edges.size, heads, channels, LEAKY_RELU)
+    sign_base = check_records(rec_w, rec_signs, src_edges.size, heads, channels, LEAKY_RELU, grad.itemsize)
     if src_targets.size != src_edges.size or grad.shape[1] != heads or grad.shape[2] != channels:
         raise ValueError("src_targets must list one target per edge and grad have att's heads and channels")
+    # the vector sums take the heads and channels from q_out and read without bounds checks
+    if q_out.shape[0] != src_indptr.size - 1 or q_out.shape[1] != heads or q_out.shape[2] != channels:
+        raise ValueError("q_out must have one row per source and att's heads and channels")
+    # a record of 4, 8 or 16 bytes never straddles two lines (arrays start 16-byte aligned); longer ones can
+    straddles = rec_signs.shape[1] > 16 or 64 % rec_signs.shape[1] != 0
     head_bytes = (channels + 7) // 8
     row_bytes = heads * channels * grad.itemsize
     zero = grad.dtype.type(0.0)
@@ -117,7 +124,10 @@ def gatv2_backward_source_record_rows(
         if ahead is not None:  # the rows of the edges `ahead` positions past this source's, in one go
             for p in range(lo + ahead, min(hi + ahead, src_edges.size)):
                 prefetch_row(grad, src_targets[p], row_bytes)
-                prefetch_row(rec_signs, src_edges[p], rec_signs.shape[1])
+                if straddles:
+                    prefetch_whole_row(rec_signs, src_edges[p], rec_signs.shape[1])
+                else:
+                    prefetch_row(rec_signs, src_edges[p], rec_signs.shape[1])
         # the channels in whole vectors with the sums in registers, the rest in the loop below
         first = source_record_sums(
             q_out, j, ALL_HEADS, att, grad, src_edges, src_targets, rec_w, rec_signs, lo, hi, slope
@@ -150,8 +160,10 @@ def source_record_sums(
     bits. Returns the first channel of each head not done, ``C - C mod 8``
     (0 for arrays that are not C-contiguous).
     """
-    arrays = (q_out, att, grad, src_edges, src_targets, rec_w, rec_signs)
-    if not arrays_ok(arrays, (3, 2, 3, 1, 1, 2, 2)) or rec_signs.dtype != types.uint8:
+    arrays = (q_out, att, grad, src_edges, src_targets, rec_signs)
+    if not arrays_ok(arrays, (3, 2, 3, 1, 1, 2)) or rec_signs.dtype != types.uint8:
+        return None
+    if not (isinstance(rec_w, types.Array) and rec_w.ndim == 2):
         return None
     if not (isinstance(src_edges.dtype, types.Integer) and isinstance(src_targets.dtype, types.Integer)):
         return None
@@ -159,7 +171,8 @@ def source_record_sums(
     sig = index(
         q_out, index, index, att, grad, src_edges, src_targets, rec_w, rec_signs, index, index, q_out.dtype
     )
-    vectorised = all_contiguous(q_out, att, grad, rec_w, rec_signs)
+    # records of other floats than the data's: the kernel refuses them before the call (check_records)
+    vectorised = all_contiguous(q_out, att, grad, rec_w, rec_signs) and rec_w.dtype == q_out.dtype
     names = (
         "q_out",
         "j",
