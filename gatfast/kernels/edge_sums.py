@@ -40,6 +40,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .ir_parts import (
+    add_source_term,
     all_contiguous,
     arrays_ok,
     element_pointer,
@@ -272,11 +273,9 @@ def _source_codegen(vectorised, with_edges):
                     zs = pre_activations(e, i, ls, offsets, heads_v)
                     for s, z, at, off, dl, wv in zip(sums, zs, atts, offsets, dls, wvs):
                         slope_or_one = builder.select(builder.fcmp_ordered(">", z, zero_v), one_v, slope_v)
-                        term = builder.fadd(
-                            builder.fmul(builder.fmul(dl, at), slope_or_one),
-                            builder.fmul(wv, load_vector(builder, g_row, off, vec_ty)),
+                        add_source_term(
+                            builder, s, dl, at, slope_or_one, wv, load_vector(builder, g_row, off, vec_ty)
                         )
-                        builder.store(builder.fadd(builder.load(s), term), s)
                 for s, off in zip(sums, offsets):
                     store_vector(builder, q_row, off, builder.load(s))
 

@@ -89,6 +89,18 @@ def store_vector(builder, ptr, index, value):
     builder.store(value, builder.bitcast(builder.gep(ptr, [index]), value.type.as_pointer()), align=1)
 
 
+def add_source_term(builder, total, dl, at, slope_or_one, w, g):
+    """``total += (dl at) s + w g`` for one vector of a source pass (``total``: the sum's alloca).
+
+    The plain loop's operations in its order, ``dl * att[h, c] * s + w *
+    grad[i, h, c]``, never fused: the source pass that forms ``z`` and the one
+    that reads the source records (``edge_sums.py``, ``records.py``) share it,
+    so they give the same bits.
+    """
+    term = builder.fadd(builder.fmul(builder.fmul(dl, at), slope_or_one), builder.fmul(w, g))
+    builder.store(builder.fadd(builder.load(total), term), total)
+
+
 def times_scale(builder, w, has_scale, scale_pointer, unit):
     """``w * scale`` where there is a scale, else ``w * 1.0``, which is ``w`` exactly: no branch in the loop.
 

@@ -46,6 +46,7 @@ from .activations import LEAKY_RELU
 from .edge_sums import SOURCE_GROUP  # vectors at once, as the source pass forming z
 from .ir_parts import (
     ALL_HEADS,
+    add_source_term,
     all_contiguous,
     arrays_ok,
     element_pointer,
@@ -224,11 +225,10 @@ def source_record_sums(
                         bits = builder.load(builder.gep(sign_row, [builder.udiv(off, lanes)]))
                         positive = builder.bitcast(bits, mask_ty)  # bit k -> lane k
                         slope_or_one = builder.select(positive, one_v, slope_v)
-                        term = builder.fadd(
-                            builder.fmul(builder.fmul(splat(builder, dl, vec_ty), at), slope_or_one),
-                            builder.fmul(splat(builder, w, vec_ty), load_vector(builder, g_row, off, vec_ty)),
+                        dl_v, w_v = splat(builder, dl, vec_ty), splat(builder, w, vec_ty)
+                        add_source_term(
+                            builder, s, dl_v, at, slope_or_one, w_v, load_vector(builder, g_row, off, vec_ty)
                         )
-                        builder.store(builder.fadd(builder.load(s), term), s)
                 for s, off in zip(sums, offsets):
                     store_vector(builder, q_row, off, builder.load(s))
 
