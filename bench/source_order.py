@@ -170,7 +170,7 @@ def capture(name, size):
 
     uses_records = passes.uses_source_records
     _runtime.run_rows = recording
-    passes.uses_source_records = lambda kind, ahead: False  # the pass that forms z, on graphs of any size
+    passes.uses_source_records = lambda kind, ahead, row_bytes: False  # the pass that forms z, at any size
     try:
         workloads.GatfastRunner(workloads.make_workload(name, size)).forward_backward()
     finally:

@@ -90,6 +90,7 @@ def run_layers(monkeypatch):
     the records; the one-call path of small plain layers switched off, so that the general kernels run
     whatever the cache holds)."""
     monkeypatch.setattr(small, "ENABLED", False)
+    monkeypatch.setattr(passes, "RECORD_MIN_ROW_BYTES", 0)  # the records wherever the source pass prefetches
     rng = np.random.default_rng(0)
     g = CSRGraph.from_edge_index(rng.integers(0, 60, (2, 300)), 60)
     configs = [

@@ -66,6 +66,7 @@ def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw
     layer = GATv2Layer(8, dtype=dtype, seed=0, **kw)
     x = rng.standard_normal((g.num_nodes, 8)).astype(dtype)
     edge_attr = rng.standard_normal((g.nnz, kw["edge_dim"])).astype(dtype) if "edge_dim" in kw else None
+    monkeypatch.setattr(passes, "RECORD_MIN_ROW_BYTES", 0)  # the records wherever the pass prefetches
     grads, asked, records_read = {}, [], []
     record_pass = passes.gatv2_backward_source_record_rows
 
@@ -84,3 +85,14 @@ def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw
         assert value.tobytes() == grads[PREFETCH_DISTANCE][name].tobytes(), name  # bits, -0 and NaNs included
     assert asked == [None, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path
     assert np.abs(grads[None]["x"]).sum() > 0
+
+
+def test_the_records_need_a_prefetching_leaky_pass_over_big_rows():
+    from gatfast.kernels import ACTIVATIONS
+    from gatfast.kernels.records import RECORD_MIN_ROW_BYTES
+
+    leaky, softplus = ACTIVATIONS["leaky_relu"], ACTIVATIONS["softplus"]
+    assert passes.uses_source_records(leaky, PREFETCH_DISTANCE, RECORD_MIN_ROW_BYTES + 1)
+    assert not passes.uses_source_records(leaky, PREFETCH_DISTANCE, RECORD_MIN_ROW_BYTES)  # rows in cache
+    assert not passes.uses_source_records(leaky, None, RECORD_MIN_ROW_BYTES + 1)  # gathers in cache
+    assert not passes.uses_source_records(softplus, PREFETCH_DISTANCE, RECORD_MIN_ROW_BYTES + 1)

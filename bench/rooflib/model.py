@@ -120,7 +120,7 @@ class Dims:
             graph, rows, rows, sized(graph.nnz, heads), sized(0, heads), sized(graph.nnz, edge_dim)
         )
         return cls(
-            source_records=uses_source_records(LEAKY_RELU, ahead),
+            source_records=uses_source_records(LEAKY_RELU, ahead, 2 * rows.nbytes),
             n=int(graph.num_dst),
             nnz=int(graph.nnz),
             heads=int(heads),

@@ -84,7 +84,7 @@ class State:
         self.grad_out = runner.grad
         self.g_heads = runner.grad.reshape(n_dst, H, C)
         self.ahead = source_prefetch_distance(g, self.xr, self.g_heads, self.alpha, self.edge_scale, self.u)
-        records = uses_source_records(self.kind, self.ahead)
+        records = uses_source_records(self.kind, self.ahead, self.xr.nbytes + self.g_heads.nbytes)
         self.records = np.empty((g.nnz, record_bytes(H, C, self.dtype.itemsize)), np.uint8) if records else None
         self.rec_w = None if self.records is None else self.records.view(self.dtype)
         nnz = g.nnz

@@ -30,7 +30,8 @@ bytes: 0.73x). In the layer's step (2 threads), the source pass went from
 for the writes; ``python bench/ab.py large --base d96cb07`` gave 0.905x the
 step's time (279 -> 253 ms), ``large-edge`` 0.98x (341 -> 334 ms, within
 noise; its sign bytes had taken 103 ms to read, the records 78-81 ms).
-Used where the source pass prefetches (its gathers miss the cache;
+Used where the source pass prefetches (its gathers miss the cache) and the
+target rows it would gather are big (:data:`RECORD_MIN_ROW_BYTES`;
 ``layers/passes.py``): on graphs that fit in cache the records are writes
 the pass does not need; forced there (with the prefetches), the step took
 1.08x the time on ``small-batch`` and 1.04x on ``cora`` (one process,
@@ -59,6 +60,15 @@ from .ir_parts import (
 )
 from .prefetch import prefetch_row, prefetch_whole_row
 from .simd import LANES, load_vector, row_pointer, splat
+
+#: The layer takes the records where the source pass prefetches and the target rows it would gather
+#: (``xr`` and the upstream gradient) take more than this many bytes. Where those rows stay in cache
+#: the records are writes that save little: the layer's step (2 threads, AMD EPYC Zen 4, one process,
+#: records off and on alternating) took, with the records, 1.10x the time at in-degree 256 on 2000
+#: nodes (32 channels: rows of 0.5 MB in all, edge arrays of 4 MB), and on random graphs of in-degree
+#: 10 at 64 channels 0.99x at 5,000 nodes (rows of 2.6 MB), 1.01x at 10,000 (5.1 MB), 0.96x at 20,000
+#: (10 MB), 0.91x at 40,000, 0.84x at 80,000 and 0.85x on ``large`` (200,000 nodes).
+RECORD_MIN_ROW_BYTES = 8 << 20
 
 LANES_PER_BYTE = 8  # one sign bit per channel: a vector's signs are one byte
 assert LANES == LANES_PER_BYTE

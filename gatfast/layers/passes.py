@@ -31,6 +31,7 @@ from ..kernels import (
     record_bytes,
 )
 from ..kernels.prefetch import source_pass_ahead
+from ..kernels.records import RECORD_MIN_ROW_BYTES
 from ..kernels.reduce import column_sums
 from .gradients import input_side_grads
 from .inputs import edge_attr_grad
@@ -142,16 +143,18 @@ def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
     return source_pass_ahead(gathered, lambda: g.mean_edge_span() * row_bytes)
 
 
-def uses_source_records(kind, ahead):
+def uses_source_records(kind, ahead, row_bytes):
     """Whether a LeakyReLU layer's target pass writes each edge's source record (``kernels/records.py``:
     its weight, ``δ`` and the signs ``z > 0`` as bits) for the source pass to read, instead of that pass
     gathering ``xr[i]`` (and ``u[e]``) to form ``z`` again, and ``alpha[e]`` and ``delta[e]``.
 
-    On big graphs only (the source pass prefetches, ``ahead`` not None): there
-    each gather is a cache miss, and the records save half of them; on graphs
-    that fit in cache they are writes the source pass does not need.
+    Where the source pass prefetches (``ahead`` not None: its gathers miss
+    the cache) and the target rows it would gather, ``xr`` and the upstream
+    gradient (``row_bytes`` in all), are more than
+    :data:`~gatfast.kernels.records.RECORD_MIN_ROW_BYTES`: the records save
+    gathers of those rows, and cost writes.
     """
-    return ahead is not None and kind == LEAKY_RELU
+    return ahead is not None and kind == LEAKY_RELU and row_bytes > RECORD_MIN_ROW_BYTES
 
 
 def _bias_from_parts(bias_part, grad_out, check):
@@ -203,7 +206,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     head = (g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind)
     ahead = source_prefetch_distance(g, cache.xr, g_heads, cache.alpha, cache.edge_scale, u)
     source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, ahead)
-    records = uses_source_records(kind, ahead)
+    records = uses_source_records(kind, ahead, cache.xr.nbytes + g_heads.nbytes)
     if records:  # the target pass writes them, the source pass reads them (kernels/records.py)
         rec_signs = ws.empty("source_records", (g.nnz, record_bytes(H, C, dtype.itemsize)), np.uint8)
         rec_w = rec_signs.view(dtype)
