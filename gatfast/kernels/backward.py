@@ -147,8 +147,9 @@ def gatv2_backward_target_blocks(
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
     with_bias = check_bias_part(bias_part, att_part)
-    sign_base = 0 if rec_signs is None else check_records(rec_w, rec_signs, indices.size, heads, channels, kind, xl.itemsize)
-    head_bytes = (channels + 7) // 8
+    sign_base, head_bytes = (0, 0) if rec_signs is None else check_records(
+        rec_w, rec_signs, indices.size, heads, channels, kind, xl.itemsize
+    )
     dropout = edge_scale.shape[0] > 0
     for b in range(b0, b1):
         for h in range(heads):
@@ -179,7 +180,7 @@ def gatv2_backward_target_blocks(
                                             end, slope)
                 else:
                     first = target_row_sums_signs(p_out, att_part, b, i, ALL_HEADS, xl, xr, att, indices, delta,
-                                                  start, end, slope, rec_signs, sign_base)
+                                                  start, end, slope, rec_signs, sign_base, head_bytes)
             if first == channels:
                 continue
             for h in range(heads):

@@ -95,12 +95,11 @@ def gatv2_backward_target_edge_blocks(
     # dot3 (where attribute_grads steps aside) reads whole vectors of it; one channel has any stride
     if channels > 1 and weT.strides[2] != weT.itemsize:
         raise ValueError("weT must have contiguous channels")
-    sign_base = (
-        0
+    sign_base, head_bytes = (
+        (0, 0)
         if rec_signs is None
         else check_records(rec_w, rec_signs, indices.size, heads, channels, kind, xl.itemsize)
     )
-    head_bytes = (channels + 7) // 8
     dropout = edge_scale.shape[0] > 0
     with_bias = check_bias_part(bias_part, att_part)
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
@@ -160,6 +159,7 @@ def gatv2_backward_target_edge_blocks(
                             slope,
                             rec_signs,
                             sign_base,
+                            head_bytes,
                         )
                 if first < channels:
                     edge_z(zb, xr, i, xl, j, u, weT, e)

@@ -75,14 +75,30 @@ def target_row_sums(typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, d
 
 @intrinsic
 def target_row_sums_signs(
-    typingctx, p_out, att_part, b, i, h, xl, xr, att, indices, delta, lo, hi, slope, records, sign_base
+    typingctx,
+    p_out,
+    att_part,
+    b,
+    i,
+    h,
+    xl,
+    xr,
+    att,
+    indices,
+    delta,
+    lo,
+    hi,
+    slope,
+    records,
+    sign_base,
+    head_bytes,
 ):
     """:func:`target_row_sums`, also writing each edge's signs ``z > 0`` as bits into its source record.
 
     ``records`` (E, R) uint8: edge ``e``'s bit for channel ``c`` of head ``h``
-    is bit ``c mod 8`` of byte ``sign_base + h ceil(C / 8) + c // 8`` of row
-    ``e`` (``records.py``); one byte per vector of 8 channels, for the
-    channels this intrinsic does.
+    is bit ``c mod 8`` of byte ``sign_base + h head_bytes + c // 8`` of row
+    ``e`` (the layout of ``records.check_records``); one byte per vector of 8
+    channels, for the channels this intrinsic does.
     """
     if not (isinstance(records, types.Array) and records.dtype == types.uint8 and records.ndim == 2):
         return None
@@ -95,7 +111,7 @@ def _target_typing(p_out, att_part, xl, xr, att, indices, delta, records):
     if not arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
         return None
     index = types.intp
-    tail = () if records is None else (records, index)
+    tail = () if records is None else (records, index, index)
     sig = types.intp(
         p_out, att_part, index, index, index, xl, xr, att, indices, delta, index, index, p_out.dtype, *tail
     )
@@ -123,7 +139,7 @@ _TARGET_NAMES = (
 
 def _target_codegen(vectorised, with_signs):
     """The code of :func:`target_row_sums` (``with_signs``: of :func:`target_row_sums_signs`)."""
-    names = _TARGET_NAMES + (("records", "sign_base") if with_signs else ())
+    names = _TARGET_NAMES + (("records", "sign_base", "head_bytes") if with_signs else ())
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
@@ -134,10 +150,6 @@ def _target_codegen(vectorised, with_signs):
         heads = builder.extract_value(arr["p_out"].shape, 1)
         channels = builder.extract_value(arr["p_out"].shape, 2)
         mask_ty = ir.IntType(LANES)
-        # bytes of signs per head: ceil(C / 8)
-        head_bytes = builder.udiv(
-            builder.add(channels, ir.Constant(intp, LANES - 1)), ir.Constant(intp, LANES)
-        )
 
         def head_run(h, width, head_of, _fused):
             """The channels ``[0, width)`` of row ``i`` from head ``h`` (``ir_parts.for_heads``)."""
@@ -162,7 +174,7 @@ def _target_codegen(vectorised, with_signs):
                         sign_row = element_pointer(
                             builder,
                             arr["records"],
-                            [e, builder.add(a["sign_base"], builder.mul(h, head_bytes))],
+                            [e, builder.add(a["sign_base"], builder.mul(h, a["head_bytes"]))],
                         )
                     for part, p, r, off, hv in zip(parts, ps, rs, offsets, heads_v):
                         dl = splat(

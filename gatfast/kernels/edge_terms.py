@@ -51,7 +51,26 @@ TARGET_EDGE_GROUP = 4  # vectors whose z are formed side by side (chains of D de
 
 @intrinsic
 def target_edge_terms(
-    typingctx, p_out, att_part, qb, b, i, h, e, j, k, xl, xr, att, u, weT, dl, slope, records, sign_base
+    typingctx,
+    p_out,
+    att_part,
+    qb,
+    b,
+    i,
+    h,
+    e,
+    j,
+    k,
+    xl,
+    xr,
+    att,
+    u,
+    weT,
+    dl,
+    slope,
+    records,
+    sign_base,
+    head_bytes,
 ):
     """Edge ``e = (j -> i)``, head ``h`` of the target pass with edge features (LeakyReLU), whole vectors.
 
@@ -61,8 +80,8 @@ def target_edge_terms(
     slope`` and ``p_out[i, h, c] += dl s``: the per-channel operations of
     ``backward_edge.py``'s loops, without their scratch rows for ``z`` and
     ``s``; and, unless ``records`` is None, the signs ``z > 0`` as bits of
-    edge ``e``'s source record (``records.py``, from byte ``sign_base``; one
-    byte per vector). ``qb``'s row ``k`` is the edge's place in the kernel's
+    edge ``e``'s source record (the layout ``sign_base``, ``head_bytes`` of
+    ``records.check_records``; one byte per vector). ``qb``'s row ``k`` is the edge's place in the kernel's
     buffer of ``q`` (for ``∂L/∂W_E``). Returns the first channel not done (0
     for arrays that are not C-contiguous).
     """
@@ -77,7 +96,7 @@ def target_edge_terms(
     index = types.intp
     sig = types.intp(
         p_out, att_part, qb, index, index, index, index, index, index, xl, xr, att, u, weT, p_out.dtype,
-        p_out.dtype, records, index,
+        p_out.dtype, records, index, index,
     )  # fmt: skip
     vectorised = all_contiguous(p_out, att_part, qb, xl, xr, att, weT, *([records] if has_signs else []))
 
@@ -87,7 +106,7 @@ def target_edge_terms(
             return ir.Constant(intp, 0)
         names = ("p_out", "att_part", "qb", "b", "i", "h", "e", "j", "k", "xl", "xr", "att", "u", "weT")
         a, arr, v = leaky_setup(
-            context, builder, signature, args, names + ("dl", "slope", "records", "sign_base")
+            context, builder, signature, args, names + ("dl", "slope", "records", "sign_base", "head_bytes")
         )
         vec_ty, zero_v, one_v, slope_v = v.vec, v.zero, v.one, v.slope
         dl = splat(builder, a["dl"], vec_ty)
@@ -102,12 +121,9 @@ def target_edge_terms(
             "att": element_pointer(builder, arr["att"], [h, zero]),
         }
         channels = builder.extract_value(arr["p_out"].shape, 2)
-        if has_signs:  # head h's sign bytes: ceil(C / 8) of them
-            head_bytes = builder.udiv(
-                builder.add(channels, ir.Constant(intp, LANES - 1)), ir.Constant(intp, LANES)
-            )
+        if has_signs:  # head h's sign bytes
             rows["signs"] = element_pointer(
-                builder, arr["records"], [e, builder.add(a["sign_base"], builder.mul(h, head_bytes))]
+                builder, arr["records"], [e, builder.add(a["sign_base"], builder.mul(h, a["head_bytes"]))]
             )
 
         def vectors(base, count):

@@ -82,25 +82,27 @@ def record_bytes(heads, channels, itemsize):
 
 @njit(inline="always", cache=True)
 def check_records(rec_w, rec_signs, edges, heads, channels, kind, itemsize):
-    """The byte where a record's signs start, after checking the records' shapes (the intrinsics write
-    them without bounds checks); ValueError if they do not fit ``edges`` edges of ``heads`` x ``channels``
-    of the layer's floats (``itemsize`` bytes)."""
+    """``(sign_base, head_bytes)``: the byte where a record's signs start and the bytes of signs of each
+    head, the layout every reader and writer of the records uses (the intrinsics take both), after
+    checking the records' shapes (the intrinsics write them without bounds checks); ValueError if they
+    do not fit ``edges`` edges of ``heads`` x ``channels`` of the layer's floats (``itemsize`` bytes)."""
     if kind != LEAKY_RELU:
         raise ValueError("source records hold LeakyReLU signs only")
     if rec_w.itemsize != itemsize:
         raise ValueError("records must hold the layer's floats")
     sign_base = 2 * heads * rec_w.itemsize
+    head_bytes = (channels + LANES_PER_BYTE - 1) // LANES_PER_BYTE
     width = rec_signs.shape[1]
     if (
         rec_w.shape[0] != edges
         or rec_signs.shape[0] != edges
         or rec_w.shape[1] * rec_w.itemsize != width
-        or width < sign_base + heads * ((channels + 7) // 8)
+        or width < sign_base + heads * head_bytes
     ):
         raise ValueError(
             "records must have one row per edge, of record_bytes(heads, channels, itemsize) bytes"
         )
-    return sign_base
+    return sign_base, head_bytes
 
 
 @njit(nogil=True, cache=True)
@@ -117,7 +119,9 @@ def gatv2_backward_source_record_rows(
     """
     heads = att.shape[0]
     channels = att.shape[1]
-    sign_base = check_records(rec_w, rec_signs, src_edges.size, heads, channels, LEAKY_RELU, grad.itemsize)
+    sign_base, head_bytes = check_records(
+        rec_w, rec_signs, src_edges.size, heads, channels, LEAKY_RELU, grad.itemsize
+    )
     if src_targets.size != src_edges.size or grad.shape[1] != heads or grad.shape[2] != channels:
         raise ValueError("src_targets must list one target per edge and grad have att's heads and channels")
     # the vector sums take the heads and channels from q_out and read without bounds checks
@@ -125,7 +129,6 @@ def gatv2_backward_source_record_rows(
         raise ValueError("q_out must have one row per source and att's heads and channels")
     # a record of 4, 8 or 16 bytes never straddles two lines (arrays start 16-byte aligned); longer ones can
     straddles = rec_signs.shape[1] > 16 or 64 % rec_signs.shape[1] != 0
-    head_bytes = (channels + 7) // 8
     row_bytes = heads * channels * grad.itemsize
     zero = grad.dtype.type(0.0)
     one = grad.dtype.type(1.0)
@@ -141,7 +144,20 @@ def gatv2_backward_source_record_rows(
                     prefetch_row(rec_signs, src_edges[p], rec_signs.shape[1])
         # the channels in whole vectors with the sums in registers, the rest in the loop below
         first = source_record_sums(
-            q_out, j, ALL_HEADS, att, grad, src_edges, src_targets, rec_w, rec_signs, lo, hi, slope
+            q_out,
+            j,
+            ALL_HEADS,
+            att,
+            grad,
+            src_edges,
+            src_targets,
+            rec_w,
+            rec_signs,
+            sign_base,
+            head_bytes,
+            lo,
+            hi,
+            slope,
         )
         if first == channels:
             continue
@@ -162,13 +178,27 @@ def gatv2_backward_source_record_rows(
 
 @intrinsic
 def source_record_sums(
-    typingctx, q_out, j, h, att, grad, src_edges, src_targets, rec_w, rec_signs, lo, hi, slope
+    typingctx,
+    q_out,
+    j,
+    h,
+    att,
+    grad,
+    src_edges,
+    src_targets,
+    rec_w,
+    rec_signs,
+    sign_base,
+    head_bytes,
+    lo,
+    hi,
+    slope,
 ):
     """Source ``j`` of :func:`gatv2_backward_source_record_rows` for the channels in whole vectors, every head
     (``h = ir_parts.ALL_HEADS``), with the sums in vector registers (as ``edge_sums.source_row_sums``).
 
     Each vector's signs are one byte of the record, its lanes the byte's
-    bits. Returns the first channel of each head not done, ``C - C mod 8``
+    bits; ``sign_base`` and ``head_bytes`` are the layout of :func:`check_records`. Returns the first channel of each head not done, ``C - C mod 8``
     (0 for arrays that are not C-contiguous).
     """
     arrays = (q_out, att, grad, src_edges, src_targets, rec_signs)
@@ -180,8 +210,9 @@ def source_record_sums(
         return None
     index = types.intp
     sig = index(
-        q_out, index, index, att, grad, src_edges, src_targets, rec_w, rec_signs, index, index, q_out.dtype
-    )
+        q_out, index, index, att, grad, src_edges, src_targets, rec_w, rec_signs, index, index, index, index,
+        q_out.dtype,
+    )  # fmt: skip
     # records of other floats than the data's: the kernel refuses them before the call (check_records)
     vectorised = all_contiguous(q_out, att, grad, rec_w, rec_signs) and rec_w.dtype == q_out.dtype
     names = (
@@ -194,6 +225,8 @@ def source_record_sums(
         "src_targets",
         "rec_w",
         "rec_signs",
+        "sign_base",
+        "head_bytes",
         "lo",
         "hi",
         "slope",
@@ -208,16 +241,12 @@ def source_record_sums(
         heads = builder.extract_value(arr["q_out"].shape, 1)
         channels = builder.extract_value(arr["q_out"].shape, 2)
         lanes = ir.Constant(intp, LANES)
-        head_bytes = builder.udiv(builder.add(channels, ir.Constant(intp, LANES - 1)), lanes)
-        sign_base = builder.mul(
-            builder.mul(heads, ir.Constant(intp, 2)), ir.Constant(intp, context.get_abi_sizeof(v.fty))
-        )
         mask_ty = ir.VectorType(ir.IntType(1), LANES)
 
         def head_run(h, width, head_of, _fused):
             q_row = row_pointer(builder, arr["q_out"], a["j"], h)
             att_row = element_pointer(builder, arr["att"], [h, ir.Constant(intp, 0)])
-            signs_at = builder.add(sign_base, builder.mul(h, head_bytes))
+            signs_at = builder.add(a["sign_base"], builder.mul(h, a["head_bytes"]))
 
             def vectors(base, count):
                 offsets = [builder.add(base, ir.Constant(intp, k * LANES)) for k in range(count)]
