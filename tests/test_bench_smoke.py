@@ -726,3 +726,52 @@ def test_scene_network_prints_every_way(capsys, monkeypatch):
     assert "small products only µs (median / best)" in table and "general path only" in table
     with pytest.raises(SystemExit):
         scene_network.main(["--rounds", "0"])
+
+
+def test_row_costs_degree_graph_keeps_each_rows_sources():
+    """bench/row_costs.py's graphs: every row at the asked in-degree, its sources its own, in turn."""
+    import row_costs
+
+    import gatfast
+
+    g = gatfast.CSRGraph(np.array([0, 2, 3, 6]), np.array([1, 2, 0, 0, 1, 2]), 3)
+    for degree in (1, 2, 4):
+        d = row_costs.degree_graph(g, degree)
+        assert np.array_equal(d.indptr, np.arange(4) * degree)
+        for i in range(3):
+            own = g.indices[g.indptr[i]:g.indptr[i + 1]]
+            got = d.indices[d.indptr[i]:d.indptr[i + 1]]
+            assert np.array_equal(got, np.resize(own, degree))
+    with pytest.raises(ValueError, match="needs a source"):
+        row_costs.degree_graph(gatfast.CSRGraph(np.array([0, 0, 1]), np.array([0]), 2), 2)
+
+
+def test_row_costs_fit_recovers_per_node_and_per_edge_costs():
+    import row_costs
+
+    nodes, edges = 1000, {1: 1000, 2: 2000, 5: 5000}
+    # 30 ns per node and 4 ns per edge: ms = (30 * 1000 + 4 * E) / 1e6
+    times = {d: {"k": [(30 * nodes + 4 * e) / 1e6] * 3, row_costs.REST: [0.001] * 3} for d, e in edges.items()}
+    rows = row_costs.fit(nodes, edges, times)
+    node_ns, edge_ns, ms = rows["k"]
+    assert node_ns == pytest.approx(30.0) and edge_ns == pytest.approx(4.0)
+    assert list(rows) == ["k", row_costs.REST]  # the rest last
+    assert "| **step** |" in row_costs.markdown(nodes, edges, rows)
+
+
+def test_row_costs_smoke_prints_the_kernels_and_restores_the_runtime(capsys):
+    import numba
+    import row_costs
+
+    from gatfast import _runtime
+
+    before = (numba.get_num_threads(), _runtime.run_rows, _runtime.run_chunks)
+    row_costs.main(["--size", "tiny", "--rounds", "1", "--reps", "1", "--degrees", "1,3"])
+    table = capsys.readouterr().out
+    for name in ("gatv2_forward_rows", "gatv2_backward_target_blocks", "gatv2_backward_source_rows",
+                 row_costs.REST, "| **step** |", "degree 3 ms"):
+        assert name in table
+    assert (numba.get_num_threads(), _runtime.run_rows, _runtime.run_chunks) == before
+    for bad in (["--degrees", "0"], ["--degrees", "a"], ["--rounds", "0"]):
+        with pytest.raises(SystemExit):
+            row_costs.main(bad)
