@@ -2,9 +2,11 @@
 
 import numpy as np
 import pytest
+from numba import njit
 
 from gatfast._validate import all_finite
 from gatfast.kernels import column_sum
+from gatfast.kernels.reduce import column_sums, sum_rows
 from gatfast.layers.rowwise import add_bias_finite
 
 
@@ -107,3 +109,49 @@ def test_column_sum_of_another_byte_order_is_numpys():
     a = np.arange(12.0, dtype=">f4").reshape(4, 3)  # not a type the kernel is compiled for
     got = column_sum(a)
     np.testing.assert_array_equal(got, a.sum(axis=0))
+
+
+@njit(cache=False)
+def _sum_rows_of(out, a, lo, hi):
+    sum_rows(out, a, lo, hi)
+
+
+def _plain_row_sums(a, lo, hi):
+    """The loop ``sum_rows`` replaces: from +0, row ``lo``, then ``lo + 1``, ... added to every column."""
+    total = np.zeros(a.shape[1], a.dtype)
+    for i in range(lo, hi):
+        total = total + a[i]
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 16, 17, 32, 33, 65])
+@pytest.mark.parametrize("layout", ["C", "strided rows", "strided columns"])
+def test_sum_rows_adds_the_rows_in_order_in_every_layout(dtype, width, layout):
+    """``reduce.sum_rows`` (the dense backward's bias sums, ``column_sums``): the plain loop's bits over any
+    range of rows, whether the columns take vector registers (C-contiguous) or scalar ones."""
+    rng = np.random.default_rng(width)
+    base = rng.standard_normal((300, 2 * width)).astype(dtype)
+    base[::4] *= 1e5  # magnitudes that differ, so another order shows in the last bits
+    a = {
+        "C": np.ascontiguousarray(base[:, :width]),
+        "strided rows": base[::2, :width],
+        "strided columns": base[:, ::2],
+    }[layout]
+    for lo, hi in ((0, a.shape[0]), (3, 97), (50, 50), (a.shape[0] - 1, a.shape[0])):
+        out = np.full(width, np.nan, dtype)
+        _sum_rows_of(out, a, lo, hi)
+        np.testing.assert_array_equal(
+            out.view(f"u{out.itemsize}"), _plain_row_sums(a, lo, hi).view(f"u{out.itemsize}")
+        )
+
+
+def test_sum_rows_keeps_nan_and_inf_and_column_sums_checks_its_output():
+    a = np.ones((20, 17), np.float32)
+    a[5, 3], a[7, 9], a[8, 9], a[1, 16] = np.nan, np.inf, -np.inf, np.inf
+    out = np.empty(17, np.float32)
+    column_sums(a, out)
+    assert np.isnan(out[3]) and np.isnan(out[9]) and out[16] == np.inf
+    assert np.all(out[[0, 1, 2, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15]] == 20)
+    with pytest.raises(ValueError, match="one value per column"):
+        column_sums(a, np.empty(16, np.float32))

@@ -31,6 +31,7 @@ import numpy as np
 from numba import njit
 
 from .gemm import matmul_rows
+from .reduce import sum_rows
 
 #: rows per block of a chunk (see the module docstring)
 BLOCK = 128
@@ -62,18 +63,13 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
         r1 = min(n, r0 + size)
         for s in range(sides):
             g = g_l if s == 0 else g_r
-            sums = gb[k, s]
-            for c in range(sums.size):
-                sums[c] = 0.0
+            if with_bias:  # the rows in order from zero, in registers (reduce.sum_rows)
+                sum_rows(gb[k, s], g, r0, r1)
             for b0 in range(r0, r1, BLOCK):
                 b1 = min(r1, b0 + BLOCK)
                 a = x[b0:b1].T if transposed else g[b0:b1].T
                 b = g[b0:b1] if transposed else x[b0:b1]
                 matmul_rows(first, rows_out, a, b, no_bias, b0 > r0, gw[k, s])
-                if with_bias:
-                    for row in range(b0, b1):
-                        for c in range(channels):
-                            sums[c] += g[row, c]
             if r1 == r0:  # an empty chunk: no block ran, and the partial is 0
                 gw[k, s] = 0.0
         for s in range(sides if grad_x.shape[0] > 0 else 0):  # g_l @ w_l, then += g_r @ w_r
