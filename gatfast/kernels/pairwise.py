@@ -6,13 +6,25 @@ unordered pairs of in-edges: O(deg²) per row, against the O(deg) form
 this kernel overwrites the target pass's ``P_i`` when the pairwise form is
 asked for (``theta_r="pairwise"``), so the fast passes carry no trace of it
 and it is compiled only when used.
+
+A row's sums over its pairs stay in vector registers (:func:`pair_sums`):
+written as a loop over the channels inside the loop over pairs, every pair
+loaded and stored the row of sums again and waited on the store of the
+pair before, a store-to-load round trip per pair.
 """
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .activations import act_slope
 from .edge import edge_z
+from .ir_parts import all_contiguous, arrays_ok, store_vector, vector_groups
+from .simd import LANES, element_pointer, load_vector, row_pointer, splat
+
+GROUP = 4  # vectors of sums at once (as combine.GROUP)
 
 
 @njit(nogil=True, cache=True)
@@ -30,7 +42,6 @@ def gatv2_pairwise_theta_r_rows(
     heads = p_out.shape[1]
     channels = p_out.shape[2]
     has_edge = u.shape[0] > 0
-    zero = xl.dtype.type(0.0)
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
     degree = 0
     for i in range(r0, r1):
@@ -51,12 +62,94 @@ def gatv2_pairwise_theta_r_rows(
                 for c in range(channels):
                     s[e - start, h, c] = act_slope(zb[0, h, c], kind, slope)
         for h in range(heads):
-            for c in range(channels):
-                p_out[i, h, c] = zero
-            for e1 in range(start, end):
-                for e2 in range(e1 + 1, end):
-                    w = alpha[e1, h] * alpha[e2, h] * (upstream[e1, h] - upstream[e2, h])
-                    for c in range(channels):
-                        p_out[i, h, c] += w * (s[e1 - start, h, c] - s[e2 - start, h, c])
+            pair_sums(p_out, i, h, s, alpha, upstream, start, end)
             for c in range(channels):
                 p_out[i, h, c] *= att[h, c]
+
+
+@intrinsic
+def pair_sums(typingctx, p_out, i, h, s, alpha, upstream, start, end):
+    """``p_out[i, h, c] = Σ_{e1 < e2} w (s[e1 - start, h, c] - s[e2 - start, h, c])`` over the pairs of edges of
+    ``[start, end)``, ``w = alpha[e1, h] alpha[e2, h] (upstream[e1, h] - upstream[e2, h])``.
+
+    Every channel's sum is the plain loop's: from +0, the pairs in order (``e1``, then ``e2``), each term
+    ``w * (s1 - s2)`` added, a multiply then an add, never fused; so the same bits. The channels in whole
+    8-lane vectors keep their sums in vector registers (where ``p_out`` and ``s`` are C-contiguous), the
+    others one scalar register each. Reads and writes without bounds checks (the caller's rows).
+    """
+    if not arrays_ok((p_out, s, alpha, upstream), (3, 3, 2, 2)):
+        return None
+    sig = types.void(p_out, types.intp, types.intp, s, alpha, upstream, types.intp, types.intp)
+    vectorised = all_contiguous(p_out, s)
+
+    def codegen(context, builder, signature, args):
+        arr_p, arr_s, arr_a, arr_u = (
+            context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 3, 4, 5)
+        )
+        i, h, start, end = args[1], args[2], args[6], args[7]
+        intp = context.get_value_type(types.intp)
+        fty = context.get_value_type(signature.args[0].dtype)
+        vec_ty = ir.VectorType(fty, LANES)
+        one = ir.Constant(intp, 1)
+        channels = builder.extract_value(arr_p.shape, 2)
+
+        def pairs(body):
+            """``body(e1, e2, w)`` for the pairs in order, ``w`` as the plain loop forms it."""
+            with cgutils.for_range_slice(builder, start, end, one, intp) as (e1, _):
+                a1 = builder.load(element_pointer(builder, arr_a, [e1, h]))
+                u1 = builder.load(element_pointer(builder, arr_u, [e1, h]))
+                first = body.first(e1)
+                with cgutils.for_range_slice(builder, builder.add(e1, one), end, one, intp) as (e2, _):
+                    a2 = builder.load(element_pointer(builder, arr_a, [e2, h]))
+                    u2 = builder.load(element_pointer(builder, arr_u, [e2, h]))
+                    w = builder.fmul(builder.fmul(a1, a2), builder.fsub(u1, u2))
+                    body.term(first, e2, w)
+
+        def s_row(e):
+            return row_pointer(builder, arr_s, builder.sub(e, start), h)
+
+        class Vectors:  # the channels [base, base + 8 count), sums in vector registers
+            def __init__(self, base, count):
+                self.offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
+                self.sums = [
+                    cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in range(count)
+                ]
+
+            def first(self, e1):
+                return [load_vector(builder, s_row(e1), off, vec_ty) for off in self.offsets]
+
+            def term(self, s1, e2, w):
+                wv = splat(builder, w, vec_ty)
+                for total, one_s1, off in zip(self.sums, s1, self.offsets):
+                    diff = builder.fsub(one_s1, load_vector(builder, s_row(e2), off, vec_ty))
+                    builder.store(builder.fadd(builder.load(total), builder.fmul(wv, diff)), total)
+
+        def group(base, count):
+            sums = Vectors(base, count)
+            pairs(sums)
+            row = row_pointer(builder, arr_p, i, h)
+            for total, off in zip(sums.sums, sums.offsets):
+                store_vector(builder, row, off, builder.load(total))
+
+        zero = ir.Constant(intp, 0)
+        first = vector_groups(builder, intp, channels, GROUP, group) if vectorised else zero
+        total = cgutils.alloca_once(builder, fty)
+
+        class Scalar:  # channel c, its sum in a scalar register
+            def __init__(self, c):
+                self.c = c
+
+            def first(self, e1):
+                return builder.load(element_pointer(builder, arr_s, [builder.sub(e1, start), h, self.c]))
+
+            def term(self, s1, e2, w):
+                s2 = builder.load(element_pointer(builder, arr_s, [builder.sub(e2, start), h, self.c]))
+                builder.store(builder.fadd(builder.load(total), builder.fmul(w, builder.fsub(s1, s2))), total)
+
+        with cgutils.for_range(builder, channels, start=first) as column:
+            builder.store(ir.Constant(fty, 0.0), total)
+            pairs(Scalar(column.index))
+            builder.store(builder.load(total), element_pointer(builder, arr_p, [i, h, column.index]))
+        return context.get_dummy_value()
+
+    return sig, codegen
