@@ -8,12 +8,14 @@ a part per edge: on the nodes of ``small-batch`` it builds graphs where every
 node has in-degree ``d`` for each ``d`` of ``--degrees``, each row's sources
 taken from the same row of ``small-batch``'s graph (repeated in turn where
 ``d`` is larger), so the edges stay inside the small graphs, and it times the
-layer's forward + backward on each, one thread, every kernel through
-``gatfast._runtime``'s ``run_rows`` / ``run_chunks``. The graphs alternate
+layer's forward + backward on each, one thread, every kernel that runs
+through ``gatfast._runtime``'s ``run_rows`` / ``run_chunks`` on its own line. The graphs alternate
 within each round; a kernel's time is the median over the rounds of its mean
 per step. A least-squares line through each kernel's times against the edge
 count gives its cost per edge (slope) and per node (intercept over the node
-count); "Python and the rest" is the step minus the kernels.
+count); "the rest" is the step minus those kernels: Python, and the small
+kernels the layer calls directly (the sums of the blocks' partials, small
+transposes).
 
 Usage::
 
@@ -41,7 +43,7 @@ from rooflib.cpu import CPU  # noqa: E402
 import gatfast  # noqa: E402
 from gatfast import _runtime  # noqa: E402
 
-REST = "Python and the rest"
+REST = "the rest (Python, kernels called directly)"
 
 
 def degree_graph(graph, degree):
@@ -90,10 +92,18 @@ class KernelClock:
 
 
 def measure(degrees, rounds, reps, size="full"):
-    """``(nodes, {degree: edges}, {degree: {kernel: [ms per step, one per round]}})``."""
+    """``(nodes, {degree: edges}, {degree: {kernel: [ms per step, one per round]}}, the layer's shape)``."""
     w = workloads.make_workload("small-batch", size)
     graphs = {d: degree_graph(w.graph, d) for d in degrees}
-    layer = gatfast.GATv2Layer(w.in_features, w.out_features, add_self_loops=False, dtype=np.float32, seed=0)
+    layer = gatfast.GATv2Layer(
+        w.in_features,
+        w.out_features,
+        heads=w.heads,
+        concat=w.concat,
+        add_self_loops=False,
+        dtype=np.float32,
+        seed=0,
+    )
     grad = w.grad_out()
 
     def step(graph):
@@ -115,7 +125,8 @@ def measure(degrees, rounds, reps, size="full"):
                 for name, seconds in clock.totals.items():
                     times[d][name].append(seconds / reps * 1e3)
                 times[d][REST].append((total - sum(clock.totals.values())) / reps * 1e3)
-    return w.graph.num_nodes, {d: g.nnz for d, g in graphs.items()}, times
+    shape = f"{w.in_features} -> {w.heads} x {w.out_features}"
+    return w.graph.num_nodes, {d: g.nnz for d, g in graphs.items()}, times, shape
 
 
 def fit(nodes, edges, times):
@@ -124,11 +135,12 @@ def fit(nodes, edges, times):
     names = sorted({name for d in degrees for name in times[d]}, key=lambda n: (n == REST, n))
     rows = {}
     for name in names:
-        ms = {d: float(np.median(times[d][name])) if times[d][name] else 0.0 for d in degrees}
-        if len(degrees) > 1:
-            slope, intercept = np.polyfit([edges[d] for d in degrees], [ms[d] for d in degrees], 1)
+        ran = [d for d in degrees if times[d].get(name)]  # a kernel may take another path at some degree
+        ms = {d: float(np.median(times[d][name])) for d in ran}
+        if len(ran) > 1:
+            slope, intercept = np.polyfit([edges[d] for d in ran], [ms[d] for d in ran], 1)
         else:
-            slope, intercept = 0.0, ms[degrees[0]]
+            slope, intercept = 0.0, ms[ran[0]]
         rows[name] = (intercept * 1e6 / nodes, slope * 1e6, ms)
     return rows
 
@@ -142,10 +154,10 @@ def markdown(nodes, edges, rows):
     for name, (node_ns, edge_ns, ms) in rows.items():
         lines.append(
             f"| {name} | "
-            + " | ".join(f"{ms[d]:.3f}" for d in degrees)
+            + " | ".join(f"{ms[d]:.3f}" if d in ms else "–" for d in degrees)
             + f" | {node_ns:.1f} | {edge_ns:.2f} |"
         )
-        for d in degrees:
+        for d in ms:
             totals[d] += ms[d]
         per_node += node_ns
         per_edge += edge_ns
@@ -168,12 +180,12 @@ def main(argv=None):
         degrees = sorted({int(d) for d in args.degrees.split(",")})
     except ValueError:
         parser.error(f"--degrees must be comma-separated integers, got {args.degrees!r}")
-    if not degrees or degrees[0] < 1 or args.rounds < 1 or args.reps < 1:
-        parser.error("--degrees must be at least 1, --rounds and --reps at least 1")
-    nodes, edges, times = measure(degrees, args.rounds, args.reps, args.size)
+    if len(degrees) < 2 or degrees[0] < 1 or args.rounds < 1 or args.reps < 1:
+        parser.error("--degrees needs two different degrees of at least 1, --rounds and --reps at least 1")
+    nodes, edges, times, shape = measure(degrees, args.rounds, args.reps, args.size)
     print(
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {CPU['model']} ({CPU['simd']}), 1 thread, "
-        f"{nodes:,} nodes of small-batch ({args.size}), 16 -> 1 x 32, {args.rounds} rounds of {args.reps} "
+        f"{nodes:,} nodes of small-batch ({args.size}), {shape}, {args.rounds} rounds of {args.reps} "
         f"steps per graph, `{' '.join(['python bench/row_costs.py', *(sys.argv[1:] if argv is None else argv)])}`\n"
     )
     print(markdown(nodes, edges, fit(nodes, edges, times)))

@@ -757,6 +757,13 @@ def test_row_costs_fit_recovers_per_node_and_per_edge_costs():
     assert node_ns == pytest.approx(30.0) and edge_ns == pytest.approx(4.0)
     assert list(rows) == ["k", row_costs.REST]  # the rest last
     assert "| **step** |" in row_costs.markdown(nodes, edges, rows)
+    # a kernel that ran at only some degrees is fitted on those, and shown as "–" at the others
+    times[1]["only at 2 and 5"] = []
+    for d in (2, 5):
+        times[d]["only at 2 and 5"] = [(10 * nodes + 2 * edges[d]) / 1e6]
+    node_ns, edge_ns, ms = row_costs.fit(nodes, edges, times)["only at 2 and 5"]
+    assert node_ns == pytest.approx(10.0) and edge_ns == pytest.approx(2.0) and set(ms) == {2, 5}
+    assert "| only at 2 and 5 | – |" in row_costs.markdown(nodes, edges, row_costs.fit(nodes, edges, times))
 
 
 def test_row_costs_smoke_prints_the_kernels_and_restores_the_runtime(capsys):
@@ -772,6 +779,6 @@ def test_row_costs_smoke_prints_the_kernels_and_restores_the_runtime(capsys):
                  row_costs.REST, "| **step** |", "degree 3 ms"):
         assert name in table
     assert (numba.get_num_threads(), _runtime.run_rows, _runtime.run_chunks) == before
-    for bad in (["--degrees", "0"], ["--degrees", "a"], ["--rounds", "0"]):
+    for bad in (["--degrees", "0,1"], ["--degrees", "a"], ["--degrees", "5"], ["--rounds", "0"]):
         with pytest.raises(SystemExit):
             row_costs.main(bad)

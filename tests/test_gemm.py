@@ -330,3 +330,37 @@ def test_blas_backward_holds_blas_at_one_thread(monkeypatch):
     W = rng.standard_normal((channels, features)).astype(np.float32)
     dense_backward(x, g, g, W, W, np.empty_like(x), True)
     assert seen == [1, 1] and blas_threads() == before
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [1, 7, 17, 33])
+@pytest.mark.parametrize("shared", [False, True])
+def test_tiled_dense_backward_bias_sums_are_the_plain_loops_bits(dtype, channels, shared):
+    """The projections' bias gradients from the tiled backward (``reduce.sum_rows`` per chunk): each chunk's
+    rows added in order from zero, then the chunks' partials in order, bit for bit."""
+    from gatfast.layers.dense import chunk_rows
+
+    rng = np.random.default_rng(channels)
+    rows, features = 5000, 16  # three chunks
+    x = rng.standard_normal((rows, features)).astype(dtype)
+    g_l, g_r = (
+        (rng.standard_normal((rows, channels)) * 10.0 ** rng.integers(-3, 4, (rows, 1))).astype(dtype)
+        for _ in range(2)
+    )
+    W_l, W_r = (rng.standard_normal((channels, features)).astype(dtype) for _ in range(2))
+    grad_x = np.empty_like(x)
+    _, gb_l, _, gb_r = dense_backward(
+        x, g_l, None if shared else g_r, W_l, None if shared else W_r, grad_x, True
+    )
+    size = chunk_rows(rows)
+    for got, g in ((gb_l, g_l), (gb_r, g_r)):
+        if got is None:
+            assert shared
+            continue
+        want = None
+        for start in range(0, rows, size):
+            part = np.zeros(channels, dtype)
+            for row in g[start : start + size]:
+                part = part + row
+            want = part if want is None else want + part
+        np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{got.itemsize}"))

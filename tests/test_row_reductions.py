@@ -139,8 +139,11 @@ def test_sum_rows_adds_the_rows_in_order_in_every_layout(dtype, width, layout):
         "strided columns": base[:, ::2],
     }[layout]
     for lo, hi in ((0, a.shape[0]), (3, 97), (50, 50), (a.shape[0] - 1, a.shape[0])):
-        out = np.full(width, np.nan, dtype)
+        padded = np.full(width + 9, 7.0, dtype)  # sentinels after out: nothing is written past it
+        out = padded[:width]
+        out[:] = np.nan
         _sum_rows_of(out, a, lo, hi)
+        assert np.all(padded[width:] == 7.0)
         np.testing.assert_array_equal(
             out.view(f"u{out.itemsize}"), _plain_row_sums(a, lo, hi).view(f"u{out.itemsize}")
         )
@@ -155,3 +158,18 @@ def test_sum_rows_keeps_nan_and_inf_and_column_sums_checks_its_output():
     assert np.all(out[[0, 1, 2, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15]] == 20)
     with pytest.raises(ValueError, match="one value per column"):
         column_sums(a, np.empty(16, np.float32))
+
+
+@pytest.mark.parametrize("width", [3, 17, 33])
+def test_sum_rows_keeps_the_sign_of_zero_and_writes_a_strided_out(width):
+    """A column of -0.0 sums to +0.0 (it starts from +0, as the loop did); a C-contiguous ``a`` with a
+    strided ``out`` takes the scalar sums, with the same bits as the vector ones."""
+    a = np.full((40, width), -0.0, np.float32)
+    a[:, 1] = np.random.default_rng(width).standard_normal(40)
+    contiguous = np.empty(width, np.float32)
+    _sum_rows_of(contiguous, a, 0, 40)
+    assert not np.signbit(contiguous[0]) and contiguous[0] == 0.0
+    strided = np.full(2 * width, np.nan, np.float32)
+    _sum_rows_of(strided[::2], a, 0, 40)
+    np.testing.assert_array_equal(strided[::2].view(np.uint32), contiguous.view(np.uint32))
+    assert np.all(np.isnan(strided[1::2]))

@@ -55,6 +55,11 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
     channels = g_l.shape[1]
     features = x.shape[1]
     with_bias = gb.shape[2] > 0
+    # the tile and reduce.sum_rows read and write without bounds checks
+    if g_l.shape[0] < n or g_r.shape[0] < n or g_r.shape[1] != channels:
+        raise ValueError("g_l and g_r must have x's rows and one width")
+    if gb.shape[2] not in (0, channels) or gb.shape[0] != gw.shape[0] or gb.shape[1] != sides:
+        raise ValueError("gb must have (chunks, sides, channels or 0) values")
     first = np.int64(0)  # not a literal: the projections' specialisation of the tile serves every call
     # one call site per product: each site links and optimises the tile's code again (compile time)
     rows_out = features if transposed else channels

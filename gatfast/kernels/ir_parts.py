@@ -1,5 +1,5 @@
 """Building blocks of LLVM IR shared by the kernels' intrinsics (``combine.py``, ``edge_sums.py``,
-``edge_terms.py``, ``head_sums.py``, ``records.py``, ``softmax.py``).
+``edge_terms.py``, ``head_sums.py``, ``pairwise.py``, ``records.py``, ``reduce.py``, ``softmax.py``).
 
 Addresses from an array's data pointer and strides, vector stores, the
 loop over whole 8-lane vectors, the dropout factor without a branch, the
@@ -238,8 +238,19 @@ def lane_groups(builder, count, group):
     full = builder.udiv(count, ir.Constant(intp, LANES))
     with cgutils.for_range(builder, full) as loop:
         group(builder.mul(loop.index, ir.Constant(intp, LANES)), LANES)
-    rest = builder.urem(count, ir.Constant(intp, LANES))
-    first = builder.mul(full, ir.Constant(intp, LANES))
+    lane_rest(
+        builder,
+        builder.urem(count, ir.Constant(intp, LANES)),
+        builder.mul(full, ir.Constant(intp, LANES)),
+        group,
+    )
+
+
+def lane_rest(builder, rest, first, group):
+    """``group(first, width)`` for the ``rest`` items from ``first``, ``rest`` in ``[0, 8)``: one code path per
+    width (``width`` a Python int, 1 to 7), nothing for none. For the channels past the last whole vector
+    of a row, in one vector of their own width (``reduce.sum_rows``, ``pairwise.pair_sums``)."""
+    intp = rest.type
     done = builder.append_basic_block("lanes.rest.done")
     switch = builder.switch(rest, done)
     for width in range(1, LANES):

@@ -21,10 +21,11 @@ from numba.extending import intrinsic
 
 from .activations import act_slope
 from .edge import edge_z
-from .ir_parts import all_contiguous, arrays_ok, store_vector, vector_groups
+from .ir_parts import all_contiguous, arrays_ok, lane_rest, store_vector, vector_groups
 from .simd import LANES, element_pointer, load_vector, row_pointer, splat
 
-GROUP = 4  # vectors of sums at once (as combine.GROUP)
+#: vectors of sums at once: with the 4 rows ``s[e1]`` they keep, 8 of AVX2's 16 registers (float32)
+GROUP = 4
 
 
 @njit(nogil=True, cache=True)
@@ -37,7 +38,8 @@ def gatv2_pairwise_theta_r_rows(
     and ``weT`` (H, D, C) add the edge term to ``z_ij``; ``u`` of shape
     (0, D) means no edge features. The slopes ``s_ik`` of a row are
     computed once (scratch of the rows' largest in-degree x H x C, made once
-    per call), then every pair costs one multiply-add per channel.
+    per call), then every pair costs a subtraction, a multiplication and an
+    addition per channel (never fused: :func:`pair_sums`).
     """
     heads = p_out.shape[1]
     channels = p_out.shape[2]
@@ -77,7 +79,8 @@ def pair_sums(typingctx, p_out, i, h, s, alpha, upstream, start, end):
     8-lane vectors keep their sums in vector registers (where ``p_out`` and ``s`` are C-contiguous), the
     others one scalar register each. Reads and writes without bounds checks (the caller's rows).
     """
-    if not arrays_ok((p_out, s, alpha, upstream), (3, 3, 2, 2)):
+    arrays = (p_out, s, alpha, upstream)
+    if not arrays_ok(arrays, (3, 3, 2, 2)) or not all(isinstance(x.dtype, types.Float) for x in arrays):
         return None
     sig = types.void(p_out, types.intp, types.intp, s, alpha, upstream, types.intp, types.intp)
     vectorised = all_contiguous(p_out, s)
@@ -108,34 +111,36 @@ def pair_sums(typingctx, p_out, i, h, s, alpha, upstream, start, end):
         def s_row(e):
             return row_pointer(builder, arr_s, builder.sub(e, start), h)
 
-        class Vectors:  # the channels [base, base + 8 count), sums in vector registers
-            def __init__(self, base, count):
+        class Vectors:  # the channels [base, base + 8 count), or [base, base + width): sums in registers
+            def __init__(self, base, count, ty=vec_ty):
+                self.ty = ty
                 self.offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
-                self.sums = [
-                    cgutils.alloca_once_value(builder, ir.Constant(vec_ty, None)) for _ in range(count)
-                ]
+                self.sums = [cgutils.alloca_once_value(builder, ir.Constant(ty, None)) for _ in range(count)]
 
             def first(self, e1):
-                return [load_vector(builder, s_row(e1), off, vec_ty) for off in self.offsets]
+                return [load_vector(builder, s_row(e1), off, self.ty) for off in self.offsets]
 
             def term(self, s1, e2, w):
-                wv = splat(builder, w, vec_ty)
+                wv = splat(builder, w, self.ty)
                 for total, one_s1, off in zip(self.sums, s1, self.offsets):
-                    diff = builder.fsub(one_s1, load_vector(builder, s_row(e2), off, vec_ty))
+                    diff = builder.fsub(one_s1, load_vector(builder, s_row(e2), off, self.ty))
                     builder.store(builder.fadd(builder.load(total), builder.fmul(wv, diff)), total)
 
-        def group(base, count):
-            sums = Vectors(base, count)
+        def group(base, count, ty=vec_ty):
+            sums = Vectors(base, count, ty)
             pairs(sums)
             row = row_pointer(builder, arr_p, i, h)
             for total, off in zip(sums.sums, sums.offsets):
                 store_vector(builder, row, off, builder.load(total))
 
-        zero = ir.Constant(intp, 0)
-        first = vector_groups(builder, intp, channels, GROUP, group) if vectorised else zero
+        if vectorised:  # w formed once a pair for all the channels
+            first = vector_groups(builder, intp, channels, GROUP, group)
+            rest = builder.sub(channels, first)
+            lane_rest(builder, rest, first, lambda base, width: group(base, 1, ir.VectorType(fty, width)))
+            return context.get_dummy_value()
         total = cgutils.alloca_once(builder, fty)
 
-        class Scalar:  # channel c, its sum in a scalar register
+        class Scalar:  # any strides: channel c, its sum in a scalar register
             def __init__(self, c):
                 self.c = c
 
@@ -146,7 +151,7 @@ def pair_sums(typingctx, p_out, i, h, s, alpha, upstream, start, end):
                 s2 = builder.load(element_pointer(builder, arr_s, [builder.sub(e2, start), h, self.c]))
                 builder.store(builder.fadd(builder.load(total), builder.fmul(w, builder.fsub(s1, s2))), total)
 
-        with cgutils.for_range(builder, channels, start=first) as column:
+        with cgutils.for_range(builder, channels) as column:
             builder.store(ir.Constant(fty, 0.0), total)
             pairs(Scalar(column.index))
             builder.store(builder.load(total), element_pointer(builder, arr_p, [i, h, column.index]))
