@@ -110,26 +110,36 @@ def times_scale(builder, w, has_scale, scale_pointer, unit):
     return builder.fmul(w, builder.load(builder.select(has_scale, scale_pointer, unit)))
 
 
-def index_groups(builder, intp, count, group, body):
-    """Call ``body(start, k)`` for the indices ``[0, count)``: blocks of ``k = group``, then ``k = 1`` each."""
+def index_groups(builder, intp, count, group, body, half=False):
+    """Call ``body(start, k)`` for the indices ``[0, count)``: blocks of ``k = group``, then (with ``half``)
+    one block of ``group // 2`` where that many are left, then ``k = 1`` each."""
     width = ir.Constant(intp, group)
     groups = builder.udiv(count, width)
     with cgutils.for_range(builder, groups) as loop:
         body(builder.mul(loop.index, width), group)
     done = builder.mul(groups, width)
+    if half:
+        size = ir.Constant(intp, group // 2)
+        has_half = builder.icmp_signed(">=", builder.sub(count, done), size)
+        with builder.if_then(has_half):
+            body(done, group // 2)
+        done = builder.select(has_half, builder.add(done, size), done)
     with cgutils.for_range(builder, count, start=done) as loop:
         body(loop.index, 1)
 
 
-def vector_groups(builder, intp, channels, group, body):
-    """Call ``body(base, count)`` for the channels in whole vectors: groups of ``group``, then one at a time.
+def vector_groups(builder, intp, channels, group, body, half=False):
+    """Call ``body(base, count)`` for the channels in whole vectors: groups of ``group``, then (with ``half``)
+    one of ``group // 2`` where that many are left, then one at a time.
 
     ``body`` emits the code for the channels ``[base, base + 8 count)``.
     Returns the first channel left over (``C - C mod 8``).
     """
     lanes = ir.Constant(intp, LANES)
     vectors = builder.udiv(channels, lanes)
-    index_groups(builder, intp, vectors, group, lambda start, count: body(builder.mul(start, lanes), count))
+    index_groups(
+        builder, intp, vectors, group, lambda start, count: body(builder.mul(start, lanes), count), half
+    )
     return builder.mul(vectors, lanes)
 
 

@@ -28,7 +28,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ir_parts import lane_rest, store_vector
+from .ir_parts import lane_rest, store_vector, vector_groups
 from .simd import LANES, element_pointer, load_vector
 
 #: Vectors of sums at once: 8 AVX2 registers hold 64 float32 channels, so ``large``'s rows (64 channels) are
@@ -92,8 +92,8 @@ def sum_rows(typingctx, out, a, lo, hi):
             with cgutils.for_range_slice(builder, lo, hi, block, intp) as (r0, _):
                 end = builder.add(r0, block)
                 r1 = builder.select(builder.icmp_signed("<", end, hi), end, hi)
-                first = _vector_ladder(
-                    builder, intp, channels, lambda base, count: group(r0, r1, base, count)
+                first = vector_groups(
+                    builder, intp, channels, GROUP, lambda base, count: group(r0, r1, base, count), half=True
                 )
                 rest = builder.sub(channels, first)
                 lane_rest(
@@ -114,25 +114,6 @@ def sum_rows(typingctx, out, a, lo, hi):
         return context.get_dummy_value()
 
     return sig, codegen
-
-
-def _vector_ladder(builder, intp, channels, body):
-    """``body(base, count)`` over the channels in whole vectors: groups of ``GROUP``, then one of
-    ``GROUP // 2`` where that many are left, then one at a time; returns the first channel left over."""
-    lanes = ir.Constant(intp, LANES)
-    vectors = builder.udiv(channels, lanes)
-    full = builder.udiv(vectors, ir.Constant(intp, GROUP))
-    with cgutils.for_range(builder, full) as loop:
-        body(builder.mul(builder.mul(loop.index, ir.Constant(intp, GROUP)), lanes), GROUP)
-    done = builder.mul(full, ir.Constant(intp, GROUP))
-    half = GROUP // 2
-    has_half = builder.icmp_signed(">=", builder.sub(vectors, done), ir.Constant(intp, half))
-    with builder.if_then(has_half):
-        body(builder.mul(done, lanes), half)
-    singles = builder.select(has_half, builder.add(done, ir.Constant(intp, half)), done)
-    with cgutils.for_range(builder, vectors, start=singles) as loop:
-        body(builder.mul(loop.index, lanes), 1)
-    return builder.mul(vectors, lanes)
 
 
 @njit(nogil=True, cache=True)
