@@ -10,7 +10,10 @@ from gatfast.kernels.prefetch import (
     LOCAL_SPAN_BYTES,
     PREFETCH_DISTANCE,
     SMALL_GATHER_BYTES,
+    WINDOW,
+    WINDOW_AHEAD_BYTES,
     source_pass_ahead,
+    window_rows,
 )
 
 
@@ -38,8 +41,25 @@ def test_source_pass_ahead_thresholds():
     big, far = SMALL_GATHER_BYTES + 1, LOCAL_SPAN_BYTES + 1
     assert source_pass_ahead(big, lambda: far) == PREFETCH_DISTANCE
     assert source_pass_ahead(SMALL_GATHER_BYTES, lambda: far) is None
-    assert source_pass_ahead(big, lambda: LOCAL_SPAN_BYTES) is None
+    assert source_pass_ahead(big, lambda: LOCAL_SPAN_BYTES) == WINDOW  # a batch of small graphs
     assert source_pass_ahead(SMALL_GATHER_BYTES, lambda: 1 / 0) is None  # the span's pass is skipped there
+
+
+def test_the_window_is_about_its_bytes_of_rows_ahead():
+    assert window_rows(128) == WINDOW_AHEAD_BYTES // 128
+    assert window_rows(WINDOW_AHEAD_BYTES) == 4  # wide rows: never fewer than 4 ahead
+
+
+def test_small_batches_get_the_window_and_random_graphs_the_edge_prefetch():
+    """The layer's choice on real graphs: gathers beyond SMALL_GATHER_BYTES, rows local or not."""
+    layer = GATv2Layer(4, 64, seed=0)
+    chosen = []
+    for g in (batch_of_small_graphs(2000, 16, 5), random_graph(32000, 96000, 6)):
+        cache = layer.forward(g, np.ones((g.num_nodes, 4), np.float32))[1]
+        g_heads = np.zeros((g.num_nodes, 1, 64), np.float32)
+        args = (cache.xr, g_heads, cache.alpha, cache.edge_scale, cache.inputs.u)
+        chosen.append(passes.source_prefetch_distance(g, *args))
+    assert chosen == [WINDOW, PREFETCH_DISTANCE]
 
 
 @pytest.mark.parametrize(
@@ -75,15 +95,16 @@ def test_both_loops_of_the_source_pass_give_the_same_bits(monkeypatch, dtype, kw
         return record_pass(*args)
 
     monkeypatch.setattr(passes, "gatv2_backward_source_record_rows", spy)
-    for ahead in (None, PREFETCH_DISTANCE):
+    for ahead in (None, WINDOW, PREFETCH_DISTANCE):
         monkeypatch.setattr(passes, "source_pass_ahead", lambda gathered, span, a=ahead: asked.append(a) or a)
         out, cache = layer.forward(g, x, edge_attr, training=True, rng=np.random.default_rng(4))
         grads[ahead] = layer.backward(cache, np.ones_like(out))
-        # with LeakyReLU the prefetching path reads the target pass's records (kernels/records.py)
-        assert bool(records_read) == ("attention_activation" not in kw and ahead is not None)
+        # with LeakyReLU the edge-prefetching path reads the target pass's records (kernels/records.py)
+        assert bool(records_read) == ("attention_activation" not in kw and ahead == PREFETCH_DISTANCE)
     for name, value in grads[None].items():
-        assert value.tobytes() == grads[PREFETCH_DISTANCE][name].tobytes(), name  # bits, -0 and NaNs included
-    assert asked == [None, PREFETCH_DISTANCE]  # each backward ran the source pass of the big-graph path
+        for ahead in (WINDOW, PREFETCH_DISTANCE):  # bits, -0 and NaNs included
+            assert value.tobytes() == grads[ahead][name].tobytes(), (name, ahead)
+    assert asked == [None, WINDOW, PREFETCH_DISTANCE]  # each backward ran the big-graph path's source pass
     assert np.abs(grads[None]["x"]).sum() > 0
 
 
@@ -95,4 +116,5 @@ def test_the_records_need_a_prefetching_leaky_pass_over_big_rows():
     assert passes.uses_source_records(leaky, PREFETCH_DISTANCE, RECORD_MIN_ROW_BYTES + 1)
     assert not passes.uses_source_records(leaky, PREFETCH_DISTANCE, RECORD_MIN_ROW_BYTES)  # rows in cache
     assert not passes.uses_source_records(leaky, None, RECORD_MIN_ROW_BYTES + 1)  # gathers in cache
+    assert not passes.uses_source_records(leaky, WINDOW, RECORD_MIN_ROW_BYTES + 1)  # a batch of small graphs
     assert not passes.uses_source_records(softplus, PREFETCH_DISTANCE, RECORD_MIN_ROW_BYTES + 1)

@@ -37,7 +37,7 @@ from .activations import LEAKY_RELU, act, act_slope
 from .edge_sums import source_row_sums, target_row_sums, target_row_sums_signs
 from .head_sums import row_dots
 from .ir_parts import ALL_HEADS, edges_at_once, typed_contiguous
-from .prefetch import PREFETCH_DISTANCE, prefetch_row
+from .prefetch import PREFETCH_DISTANCE, WINDOW, prefetch_row, window_rows
 from .records import check_records
 from .simd import dot_rows
 from .softmax import row_deltas
@@ -227,7 +227,9 @@ def gatv2_backward_source_rows(
     read sequentially; the scattered rows ``xr[i]``, ``grad[i]``,
     ``alpha[e]``, ``delta[e]`` (and ``edge_scale[e]``) of the edge ``ahead``
     positions on are prefetched, a source's edges at once before its sums.
-    ``ahead`` None: no prefetch, for graphs whose gathers stay in cache (see
+    ``ahead`` ``prefetch.WINDOW``: the rows ``xr`` and ``grad`` of the node a
+    few rows past each source instead (batches of small graphs). ``ahead``
+    None: no prefetch, for graphs whose gathers stay in cache (see
     ``prefetch.source_pass_ahead``); None is a type of its own, so Numba
     compiles that case without the prefetch code. The prefetches are written
     in the loop, not in an inlined helper: the helper's reference counts
@@ -242,10 +244,12 @@ def gatv2_backward_source_rows(
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     leaky = kind == LEAKY_RELU
+    window = window_rows(row_bytes)
+    n_dst = xr.shape[0]
     for j in range(j0, j1):
         lo = src_indptr[j]
         hi = src_indptr[j + 1]
-        if ahead is not None:  # the scattered rows of the edges `ahead` positions past this source's, in one go
+        if ahead is not None and ahead != WINDOW:  # the scattered rows of the edges `ahead` positions on
             for p in range(lo + ahead, min(hi + ahead, src_edges.size)):
                 e = src_edges[p]
                 i = src_targets[p]
@@ -255,6 +259,9 @@ def gatv2_backward_source_rows(
                 prefetch_row(delta, e, edge_bytes)
                 if dropout:
                     prefetch_row(edge_scale, e, edge_bytes)
+        elif ahead is not None and j + window < n_dst:  # the rows near the sources ahead (prefetch.WINDOW)
+            prefetch_row(xr, j + window, row_bytes)
+            prefetch_row(grad, j + window, row_bytes)
         # LeakyReLU: the channels in whole vectors with the sums in registers (see edge_sums.py), the
         # rest in the loop below
         first = 0

@@ -35,7 +35,7 @@ from .edge_sums import source_edge_row_sums
 from .edge_terms import attribute_grads, target_edge_terms
 from .gemm import matmul_rows
 from .ir_parts import ALL_HEADS
-from .prefetch import prefetch_row
+from .prefetch import WINDOW, prefetch_row, window_rows
 from .records import check_records
 from .simd import dot3
 
@@ -253,10 +253,12 @@ def gatv2_backward_source_edge_rows(
     ):
         raise ValueError("u must have one row per edge and weT shape (heads, attributes, channels)")
     zb = np.empty((1, heads, channels), dtype=xl.dtype)
+    window = window_rows(row_bytes)
+    n_dst = xr.shape[0]
     for j in range(j0, j1):
         lo = src_indptr[j]
         hi = src_indptr[j + 1]
-        if ahead is not None:  # as gatv2_backward_source_rows, and u[e]
+        if ahead is not None and ahead != WINDOW:  # as gatv2_backward_source_rows, and u[e]
             for p in range(lo + ahead, min(hi + ahead, src_edges.size)):
                 e = src_edges[p]
                 i = src_targets[p]
@@ -267,6 +269,9 @@ def gatv2_backward_source_edge_rows(
                 prefetch_row(u, e, attr_bytes)
                 if dropout:
                     prefetch_row(edge_scale, e, edge_bytes)
+        elif ahead is not None and j + window < n_dst:  # as gatv2_backward_source_rows
+            prefetch_row(xr, j + window, row_bytes)
+            prefetch_row(grad, j + window, row_bytes)
         # LeakyReLU: the channels in whole vectors in registers (see edge_sums.py)
         first = 0
         if leaky:  # every head (ir_parts.for_heads)

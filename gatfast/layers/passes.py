@@ -30,7 +30,7 @@ from ..kernels import (
     readonly,
     record_bytes,
 )
-from ..kernels.prefetch import source_pass_ahead
+from ..kernels.prefetch import WINDOW, source_pass_ahead
 from ..kernels.records import RECORD_MIN_ROW_BYTES
 from ..kernels.reduce import column_sums
 from .gradients import input_side_grads
@@ -148,13 +148,13 @@ def uses_source_records(kind, ahead, row_bytes):
     its weight, ``δ`` and the signs ``z > 0`` as bits) for the source pass to read, instead of that pass
     gathering ``xr[i]`` (and ``u[e]``) to form ``z`` again, and ``alpha[e]`` and ``delta[e]``.
 
-    Where the source pass prefetches (``ahead`` not None: its gathers miss
+    Where the source pass prefetches by edge (``ahead`` an edge distance: its gathers miss
     the cache) and the target rows it would gather, ``xr`` and the upstream
     gradient (``row_bytes`` in all), are more than
     :data:`~gatfast.kernels.records.RECORD_MIN_ROW_BYTES`: the records save
     gathers of those rows, and cost writes.
     """
-    return ahead is not None and kind == LEAKY_RELU and row_bytes > RECORD_MIN_ROW_BYTES
+    return ahead is not None and ahead != WINDOW and kind == LEAKY_RELU and row_bytes > RECORD_MIN_ROW_BYTES
 
 
 def _bias_from_parts(bias_part, grad_out, check):
