@@ -7,6 +7,7 @@ import scipy.sparse as sp
 
 from gatfast.kernels.combine import combine_rows
 from gatfast.kernels.ir_parts import ALL_HEADS
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 from gatfast.kernels.sparse import csr_dense_matmul2_rows, csr_dense_matmul_rows
 
 
@@ -217,7 +218,7 @@ def test_forward_aggregation_gives_the_same_bits_on_both_paths(dtype, channels, 
     for layout in (np.ascontiguousarray, _strided_copy):
         alpha = np.empty((indices.size, heads), dtype)
         out = layout(np.full((rows, heads, channels), np.nan, dtype))
-        head = (indptr, indices, xl, xr, att, dtype(0.2), 0)
+        head = (indptr, indices, xl, xr, att, dtype(0.2), 0, PREFETCH_DISTANCE)
         gatv2_forward_rows(0, rows, *head, edge_scale, np.zeros(0, dtype), False, alpha, out)
         results.append((alpha, np.ascontiguousarray(out)))
     (alpha, out), (alpha_s, out_s) = results

@@ -13,6 +13,7 @@ from gatfast.kernels import (
 )
 from gatfast.kernels.activations import ACTIVATIONS
 from gatfast.kernels.edge import edge_z
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE, WINDOW
 
 
 def _strided(shape, dtype):
@@ -391,8 +392,8 @@ def test_forward_edge_scores_formed_in_registers_give_the_scratch_rows_bits(dtyp
         alpha = np.full((indices.size, heads), np.nan, dtype)
         out = np.full((n, heads, channels), np.nan, dtype)
         gatv2_forward_edge_rows(
-            0, n, indptr, indices, source_rows, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
-            np.zeros(0, dtype), False, alpha, out,
+            0, n, indptr, indices, source_rows, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], WINDOW, u, weT,
+            edge_scale, np.zeros(0, dtype), False, alpha, out,
         )  # fmt: skip
         results.append((alpha, out))
     (alpha, out), (alpha_s, out_s) = results
@@ -446,8 +447,8 @@ def test_forward_and_source_edge_kernels_refuse_edge_arrays_of_other_shapes():
     def forward(u, weT):
         out = np.empty((n, heads, channels))
         gatv2_forward_edge_rows(
-            0, n, indptr, indices, xl, xr, att, dtype(0.2), leaky, u, weT, edge_scale, np.zeros(0), False,
-            alpha.copy(), out,
+            0, n, indptr, indices, xl, xr, att, dtype(0.2), leaky, PREFETCH_DISTANCE, u, weT, edge_scale,
+            np.zeros(0), False, alpha.copy(), out,
         )  # fmt: skip
 
     def source(u, weT):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 
 
 def _skip_dropped(indptr, indices, xl, alpha, edge_scale):
@@ -50,7 +51,7 @@ def test_dropped_edges_leave_the_aggregation_bits_as_skipping_them(dtype, channe
     g, xl, xr, att, edge_scale, dropped_row = _case(dtype, channels, heads, channels)
     alpha = np.empty((g.nnz, heads), dtype)
     out = np.empty((g.num_dst, heads, channels), dtype)
-    head = (g.indptr, g.indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"])
+    head = (g.indptr, g.indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], PREFETCH_DISTANCE)
     if edge_features:
         rng = np.random.default_rng(1)
         u = rng.normal(size=(g.nnz, 3)).astype(dtype)

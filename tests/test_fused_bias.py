@@ -15,6 +15,7 @@ from gatfast import GATv2Layer, _runtime
 from gatfast.graph import CSRGraph
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
 from gatfast.kernels.backward import ATT_BLOCK
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 from gatfast.layers import passes
 from gatfast.layers.rowwise import add_bias_finite
 
@@ -34,7 +35,7 @@ def _graph(n, seed):
 
 def _call(edge, r0, r1, arrays, bias, finish):
     indptr, indices, xl, xr, att, u, weT, alpha, out = arrays
-    head = (indptr, indices, xl, xr, att, xl.dtype.type(0.2), ACTIVATIONS["leaky_relu"])
+    head = (indptr, indices, xl, xr, att, xl.dtype.type(0.2), ACTIVATIONS["leaky_relu"], PREFETCH_DISTANCE)
     no_dropout = np.zeros((0, att.shape[0]), xl.dtype)
     if edge:
         return gatv2_forward_edge_rows(r0, r1, *head, u, weT, no_dropout, bias, finish, alpha, out)

@@ -8,6 +8,7 @@ from numba import njit
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_rows
 from gatfast.kernels.head_sums import leaky_scores, row_dots
 from gatfast.kernels.ir_parts import edges_at_once, heads_at_once, typed_contiguous
+from gatfast.kernels.prefetch import WINDOW
 from gatfast.kernels.simd import dot_rows, leaky_score
 
 
@@ -93,7 +94,7 @@ def test_the_forward_kernel_scores_rows_it_cannot_read_as_vectors_head_by_head(h
         alpha = np.full((indices.size, heads), np.nan, np.float32)
         out = np.full((30, heads, 8), np.nan, np.float32)
         gatv2_forward_rows(
-            0, 30, indptr, indices, rows, xr, att, np.float32(0.2), ACTIVATIONS["leaky_relu"],
+            0, 30, indptr, indices, rows, xr, att, np.float32(0.2), ACTIVATIONS["leaky_relu"], WINDOW,
             np.zeros((0, heads), np.float32), np.zeros(0, np.float32), False, alpha, out,
         )  # fmt: skip
         results.append((alpha, out))

@@ -59,7 +59,29 @@ def test_small_batches_get_the_window_and_random_graphs_the_edge_prefetch():
         g_heads = np.zeros((g.num_nodes, 1, 64), np.float32)
         args = (cache.xr, g_heads, cache.alpha, cache.edge_scale, cache.inputs.u)
         chosen.append(passes.source_prefetch_distance(g, *args))
-    assert chosen == [WINDOW, PREFETCH_DISTANCE]
+        chosen.append(passes.forward_prefetch(g, cache.xl))
+    assert chosen == [WINDOW, WINDOW, PREFETCH_DISTANCE, PREFETCH_DISTANCE]
+
+
+@pytest.mark.parametrize("edge_dim", [None, 3])
+@pytest.mark.parametrize("heads, out_features", [(1, 32), (2, 9), (4, 8)])
+@pytest.mark.parametrize(
+    "make_graph", [lambda: random_graph(3000, 30000, 1), lambda: batch_of_small_graphs(200, 12, 2)]
+)
+def test_the_forward_gives_the_same_bits_with_either_prefetch(
+    monkeypatch, edge_dim, heads, out_features, make_graph
+):
+    g = make_graph()
+    rng = np.random.default_rng(7)
+    layer = GATv2Layer(6, out_features, heads=heads, edge_dim=edge_dim, seed=0)
+    x = rng.standard_normal((g.num_nodes, 6)).astype(np.float32)
+    attr = None if edge_dim is None else rng.standard_normal((g.nnz, edge_dim)).astype(np.float32)
+    outs = {}
+    for ahead in (WINDOW, PREFETCH_DISTANCE):
+        monkeypatch.setattr(passes, "forward_prefetch", lambda g, xl, a=ahead: a)
+        outs[ahead] = layer.forward(g, x, attr)[0]
+    assert outs[WINDOW].tobytes() == outs[PREFETCH_DISTANCE].tobytes()
+    assert np.abs(outs[WINDOW]).sum() > 0
 
 
 @pytest.mark.parametrize(

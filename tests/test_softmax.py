@@ -17,6 +17,7 @@ from numba.extending import intrinsic
 
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
 from gatfast.kernels.elu import exp_f32
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE, WINDOW
 from gatfast.kernels.softmax import row_deltas, softmax_row, vector_exp_f32
 
 N = 3000  # about 13,500 edges
@@ -74,7 +75,7 @@ def test_weights_are_the_exponentials_of_the_shifted_scores_normalised(edge, dty
     xr = np.zeros((n, heads, 1), dtype)
     att = np.ones((heads, 1), dtype)
     want = _weights(indptr, indices, x, dtype)
-    head = (indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"])
+    head = (indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], PREFETCH_DISTANCE)
     tail = (np.zeros((0, heads), dtype), np.zeros(0, dtype), False)
     for cuts in ([0, n], [0, 1, 17, 18, 40, 41, n - 1, n], list(range(0, n, 7)) + [n]):
         alpha = np.full((indices.size, heads), np.nan, dtype)
@@ -103,7 +104,8 @@ def test_a_nan_or_inf_score_gives_nan_weights_in_its_row_and_head_only(heads, va
     out = np.empty((n, heads, 1), np.float32)
     gatv2_forward_rows(
         0, n, indptr, indices, xl, np.zeros_like(xl), np.ones((heads, 1), np.float32), np.float32(0.2),
-        ACTIVATIONS["leaky_relu"], np.zeros((0, heads), np.float32), np.zeros(0, np.float32), False, alpha, out,
+        ACTIVATIONS["leaky_relu"], WINDOW, np.zeros((0, heads), np.float32), np.zeros(0, np.float32), False,
+        alpha, out,
     )  # fmt: skip
     bad = np.zeros((indices.size, heads), bool)
     for i in range(n):  # every row that reads the bad score's source

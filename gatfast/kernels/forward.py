@@ -20,6 +20,10 @@ outputs and every sum runs in a fixed order, so the result is the same bits
 for any thread count. The two kernels are separate functions (sharing the
 softmax and ``combine_rows``) so that a run compiles only the one it uses.
 Nothing of size E x C is ever allocated: ``z_ij`` is recomputed per edge.
+``ahead`` picks the prefetch of the gathered rows ``xl[j]``: those of the
+edge ``ahead`` positions on, or with ``prefetch.WINDOW`` (batches of small
+graphs, whose sources lie a few rows from their targets) the row a few
+rows past each target.
 All arithmetic stays in the arrays' dtype.
 
 With ``finish`` the kernels also finish the layer's output where it is the
@@ -69,15 +73,19 @@ from .combine import combine_rows
 from .edge import edge_z
 from .head_sums import leaky_scores
 from .ir_parts import ALL_HEADS, heads_at_once, typed_contiguous
-from .prefetch import PREFETCH_DISTANCE, prefetch_row
+from .prefetch import WINDOW, prefetch_row, window_rows
 from .simd import leaky_dot, leaky_edge_score, leaky_score
 from .softmax import softmax_row
 
 
 @njit(nogil=True, cache=True)
-def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_scale, bias, finish, alpha, out):
+def gatv2_forward_rows(
+    r0, r1, indptr, indices, xl, xr, att, slope, kind, ahead, edge_scale, bias, finish, alpha, out
+):
     """Forward pass of the target rows ``[r0, r1)``, without edge features (see the module docstring).
 
+    ``ahead``: what the edge loop prefetches (``prefetch.WINDOW``: the row ``xl`` a few rows past each
+    target, for batches of small graphs; else the rows of the edge ``ahead`` positions on).
     ``finish``: ``out`` is the layer's output; ``bias`` (``H*C`` values, or none) is added to its rows and
     the return value says whether they are all finite (True without ``finish``).
     """
@@ -85,6 +93,8 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
+    window = window_rows(row_bytes)
+    by_edge = nnz if ahead == WINDOW else ahead  # nnz: no edge is that far ahead
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     marks = np.zeros(heads * channels if finish else 0, xl.dtype)  # see _finish_marks
@@ -99,17 +109,19 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
+        if ahead == WINDOW and i + window < xl.shape[0]:
+            prefetch_row(xl, i + window, row_bytes)
         # scores e_ij of all heads, kept in alpha until normalised; one gather
         # of xl[j] per edge, the rows of later edges prefetched
         # every head at once (head_sums.py); `together` implies what leaky_scores needs to write
         # (heads_at_once: whole vectors; typed_contiguous: its arrays), so it always writes
         for e in range(start, end if together else start):
-            if e + PREFETCH_DISTANCE < nnz:
-                prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+            if e + by_edge < nnz:
+                prefetch_row(xl, indices[e + by_edge], row_bytes)
             leaky_scores(att, xr, i, xl, indices[e], slope, alpha, e)
         for e in range(start, start if together else end):
-            if e + PREFETCH_DISTANCE < nnz:
-                prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+            if e + by_edge < nnz:
+                prefetch_row(xl, indices[e + by_edge], row_bytes)
             j = indices[e]
             for h in range(heads):
                 if simd:
@@ -134,7 +146,7 @@ def gatv2_forward_rows(r0, r1, indptr, indices, xl, xr, att, slope, kind, edge_s
 
 @njit(nogil=True, cache=True)
 def gatv2_forward_edge_rows(
-    r0, r1, indptr, indices, xl, xr, att, slope, kind, u, weT, edge_scale, bias, finish, alpha, out
+    r0, r1, indptr, indices, xl, xr, att, slope, kind, ahead, u, weT, edge_scale, bias, finish, alpha, out
 ):
     """:func:`gatv2_forward_rows` with the edge-feature term in ``z_ij`` (see ``edge.py``)."""
     nnz = indices.size
@@ -144,6 +156,8 @@ def gatv2_forward_edge_rows(
     if u.shape[0] != nnz or weT.shape[0] != heads or weT.shape[1] != u.shape[1] or weT.shape[2] != channels:
         raise ValueError("u must have one row per edge and weT shape (heads, attributes, channels)")
     row_bytes = heads * channels * xl.itemsize
+    window = window_rows(row_bytes)
+    by_edge = nnz if ahead == WINDOW else ahead  # as gatv2_forward_rows
     zero = xl.dtype.type(0.0)
     one = xl.dtype.type(1.0)
     marks = np.zeros(heads * channels if finish else 0, xl.dtype)
@@ -158,9 +172,11 @@ def gatv2_forward_edge_rows(
     for i in range(r0, r1):
         start = indptr[i]
         end = indptr[i + 1]
+        if ahead == WINDOW and i + window < xl.shape[0]:
+            prefetch_row(xl, i + window, row_bytes)
         for e in range(start, end):
-            if e + PREFETCH_DISTANCE < nnz:
-                prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+            if e + by_edge < nnz:
+                prefetch_row(xl, indices[e + by_edge], row_bytes)
             if in_registers:  # the same operations as edge_z then leaky_dot, without the scratch row
                 for h in range(heads):
                     alpha[e, h] = leaky_edge_score(att, xr, i, xl, indices[e], u, weT, e, h, slope)

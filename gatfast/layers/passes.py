@@ -30,7 +30,7 @@ from ..kernels import (
     readonly,
     record_bytes,
 )
-from ..kernels.prefetch import WINDOW, source_pass_ahead
+from ..kernels.prefetch import LOCAL_SPAN_BYTES, PREFETCH_DISTANCE, WINDOW, source_pass_ahead
 from ..kernels.records import RECORD_MIN_ROW_BYTES
 from ..kernels.reduce import column_sums
 from .gradients import input_side_grads
@@ -44,6 +44,7 @@ __all__ = [
     "attention_dropout",
     "attention_forward",
     "finishes_output",
+    "forward_prefetch",
     "kernel_constants",
     "source_prefetch_distance",
     "uses_source_records",
@@ -120,7 +121,7 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
     k = layer.constants
     finish = finishes_output(layer)
     bias = params["bias"] if finish and layer.bias else k.no_bias
-    head = (g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind)
+    head = (g.indptr, g.indices, xl, xr, params["att"], k.slope, k.kind, forward_prefetch(g, xl))
     tail = (readonly(edge_scale), bias, finish, alpha, per_head)
     if layer.edge_dim is None:
         finite = _runtime.run_rows(gatv2_forward_rows, g.num_dst, head + tail, _work(g, layer, u))
@@ -128,6 +129,14 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
         edge = (readonly(u), readonly(_edge_weights(layer, params)))
         finite = _runtime.run_rows(gatv2_forward_edge_rows, g.num_dst, head + edge + tail, _work(g, layer, u))
     return alpha, per_head, (all(finite) if finish else None)
+
+
+def forward_prefetch(g, xl):
+    """What the forward kernel prefetches on graph ``g``: ``prefetch.WINDOW`` where an edge's two rows of
+    ``xl`` lie at most ``LOCAL_SPAN_BYTES`` apart on average (batches of small graphs), else the rows of
+    the edge ``PREFETCH_DISTANCE`` positions on (see ``kernels.prefetch``)."""
+    row_bytes = xl[0].nbytes if xl.shape[0] else 0
+    return WINDOW if g.mean_edge_span() * row_bytes <= LOCAL_SPAN_BYTES else PREFETCH_DISTANCE
 
 
 def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
