@@ -78,6 +78,7 @@ def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
             att,
             dtype(0.2),
             ACTIVATIONS["leaky_relu"],
+            WINDOW,
             edge_scale,
             alpha,
             grad,
@@ -223,8 +224,8 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
             (indices.size, record_bytes(heads, channels, np.dtype(dtype).itemsize)), 0xA5, np.uint8
         )
         gatv2_backward_target_edge_blocks(
-            0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weights, edge_scale,
-            alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, records.view(dtype), records, bias_part,
+            0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], PREFETCH_DISTANCE, u,
+            weights, edge_scale, alpha, grad, upstream, delta, p_out, att_part, we_part, grad_u, records.view(dtype), records, bias_part,
         )  # fmt: skip
         results.append(
             [
@@ -253,8 +254,8 @@ def test_target_edge_pass_gives_the_same_bits_with_and_without_the_vector_terms(
     outputs = [np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
                np.empty((blocks, heads, dims, channels), dtype), np.empty((indices.size, dims), dtype)]  # fmt: skip
     gatv2_backward_target_edge_blocks(
-        0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
-        alpha, grad, upstream, delta, *outputs, None, None, np.empty((0, heads, channels), dtype),
+        0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], WINDOW, u, weT,
+        edge_scale, alpha, grad, upstream, delta, *outputs, None, None, np.empty((0, heads, channels), dtype),
     )  # fmt: skip
     for name, value, fast in zip(names, (upstream, delta, *outputs), results[0]):
         assert value.tobytes() == fast.tobytes(), name
@@ -287,7 +288,7 @@ def test_the_target_passes_refuse_records_they_would_not_write_whole():
               np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype))  # fmt: skip
 
     def run(kind, records, edge):
-        head = (0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS[kind])
+        head = (0, blocks, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS[kind], PREFETCH_DISTANCE)
         if edge:
             gatv2_backward_target_edge_blocks(
                 *head, u, weT, edge_scale, alpha, grad, *common, np.empty((blocks, heads, dims, channels), dtype),
@@ -413,8 +414,8 @@ def test_target_edge_pass_refuses_edge_arrays_of_other_shapes():
 
     def run(weT, grad_u):
         gatv2_backward_target_edge_blocks(
-            0, 1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT, edge_scale,
-            alpha, grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)),
+            0, 1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], WINDOW, u, weT,
+            edge_scale, alpha, grad, np.empty((indices.size, heads)), np.empty((indices.size, heads)),
             np.empty((n, heads, channels)), np.empty((1, heads, channels)), np.empty((1, heads, dims, channels)),
             grad_u, None, None, np.empty((0, heads, channels)),
         )  # fmt: skip
@@ -497,7 +498,8 @@ def test_target_edge_pass_sums_the_attribute_weight_gradient_over_buffers_of_edg
     upstream, delta = np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype)
     we_part = np.full((blocks, heads, dims, channels), np.nan, dtype)
     gatv2_backward_target_edge_blocks(
-        0, blocks, indptr, indices, xl, xr, att, slope, code, u, weT, edge_scale, alpha, grad, upstream, delta,
+        0, blocks, indptr, indices, xl, xr, att, slope, code, PREFETCH_DISTANCE, u, weT, edge_scale, alpha, grad,
+        upstream, delta,
         np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype), we_part,
         np.empty((0, dims), dtype), None, None, np.empty((0, heads, channels), dtype),
     )  # fmt: skip
@@ -543,7 +545,7 @@ def test_target_edge_pass_gives_one_set_of_bits_for_any_split_of_its_blocks_when
         )
         for b0, b1 in ranges:
             gatv2_backward_target_edge_blocks(
-                b0, b1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], u, weT,
+                b0, b1, indptr, indices, xl, xr, att, dtype(0.2), ACTIVATIONS["leaky_relu"], WINDOW, u, weT,
                 np.zeros((0, heads), dtype), alpha, grad, np.empty((indices.size, heads), dtype), delta,
                 np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype), we_part,
                 np.empty((0, dims), dtype), None, None, np.empty((0, heads, channels), dtype),

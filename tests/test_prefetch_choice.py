@@ -68,20 +68,24 @@ def test_small_batches_get_the_window_and_random_graphs_the_edge_prefetch():
 @pytest.mark.parametrize(
     "make_graph", [lambda: random_graph(3000, 30000, 1), lambda: batch_of_small_graphs(200, 12, 2)]
 )
-def test_the_forward_gives_the_same_bits_with_either_prefetch(
+def test_the_passes_that_gather_xl_give_the_same_bits_with_either_prefetch(
     monkeypatch, edge_dim, heads, out_features, make_graph
 ):
+    """The forward and the backward's target pass (both gather ``xl[j]``): the window or the edges."""
     g = make_graph()
     rng = np.random.default_rng(7)
     layer = GATv2Layer(6, out_features, heads=heads, edge_dim=edge_dim, seed=0)
     x = rng.standard_normal((g.num_nodes, 6)).astype(np.float32)
     attr = None if edge_dim is None else rng.standard_normal((g.nnz, edge_dim)).astype(np.float32)
-    outs = {}
+    outs, grads = {}, {}
     for ahead in (WINDOW, PREFETCH_DISTANCE):
         monkeypatch.setattr(passes, "forward_prefetch", lambda g, xl, a=ahead: a)
-        outs[ahead] = layer.forward(g, x, attr)[0]
+        outs[ahead], cache = layer.forward(g, x, attr)
+        grads[ahead] = layer.backward(cache, np.cos(outs[ahead]))
     assert outs[WINDOW].tobytes() == outs[PREFETCH_DISTANCE].tobytes()
-    assert np.abs(outs[WINDOW]).sum() > 0
+    for name, value in grads[WINDOW].items():
+        assert value.tobytes() == grads[PREFETCH_DISTANCE][name].tobytes(), name
+    assert np.abs(outs[WINDOW]).sum() > 0 and np.abs(grads[WINDOW]["att"]).sum() > 0
 
 
 @pytest.mark.parametrize(

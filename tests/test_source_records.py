@@ -14,6 +14,7 @@ from gatfast.kernels import (
     record_bytes,
 )
 from gatfast.kernels.activations import ACTIVATIONS
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 
 LEAKY = ACTIVATIONS["leaky_relu"]
 
@@ -51,7 +52,7 @@ def test_target_pass_records_and_the_source_pass_reading_them(dtype, heads, chan
     blocks = num_att_blocks(n, 16)
     itemsize = np.dtype(dtype).itemsize
     width = record_bytes(heads, channels, itemsize)
-    head = (indptr, indices, xl, xr, att, dtype(0.2), LEAKY, edge_scale, alpha, grad)
+    head = (indptr, indices, xl, xr, att, dtype(0.2), LEAKY, PREFETCH_DISTANCE, edge_scale, alpha, grad)
     results = []
     for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
         outputs = [make((indices.size, heads)), np.empty((indices.size, heads), dtype), make((n, heads, channels)),

@@ -37,7 +37,7 @@ from .activations import LEAKY_RELU, act, act_slope
 from .edge_sums import source_row_sums, target_row_sums, target_row_sums_signs
 from .head_sums import row_dots
 from .ir_parts import ALL_HEADS, edges_at_once, typed_contiguous
-from .prefetch import PREFETCH_DISTANCE, WINDOW, prefetch_row, window_rows
+from .prefetch import WINDOW, prefetch_row, window_rows
 from .records import check_records
 from .simd import dot_rows
 from .softmax import row_deltas
@@ -75,32 +75,36 @@ def check_bias_part(bias_part, att_part):
 
 
 @njit(inline="always", cache=True)
-def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta):
+def upstream_delta(i, start, end, indices, xl, ahead, grad, alpha, edge_scale, upstream, delta):
     """Row ``i``: ``upstream[e]`` = ``A_ij`` (times the dropout mask), ``delta[e]`` = ``α_ij (A_ij - Ā_i)``.
 
-    One gather of ``xl[j]`` per edge, the rows of later edges prefetched;
-    the caller's next loop over the row finds them in cache.
+    One gather of ``xl[j]`` per edge, the rows of the edge ``ahead`` positions on prefetched (or with
+    ``prefetch.WINDOW`` the row a few rows past ``i``, as the forward kernels); the caller's next loop
+    over the row finds them in cache.
     """
     nnz = indices.size
     heads = grad.shape[1]
     channels = grad.shape[2]
     row_bytes = heads * channels * xl.itemsize
+    by_edge = nnz if ahead == WINDOW else ahead  # nnz: no edge is that far ahead
+    if ahead == WINDOW and i + window_rows(row_bytes) < xl.shape[0]:
+        prefetch_row(xl, i + window_rows(row_bytes), row_bytes)
     dropout = edge_scale.shape[0] > 0
     zero = xl.dtype.type(0.0)
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize
     # one head of whole vectors: a row's edges side by side (head_sums.py), the rows prefetched as below
     by_row = simd and edges_at_once(heads, channels) and typed_contiguous(grad, xl, upstream)
     if by_row:
-        for e in range(start, end):
-            if e + PREFETCH_DISTANCE < nnz:
-                prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+        for e in range(start, end if ahead != WINDOW else start):
+            if e + by_edge < nnz:
+                prefetch_row(xl, indices[e + by_edge], row_bytes)
         by_row = row_dots(grad, i, xl, indices, upstream, start, end)
         if by_row and dropout:
             for e in range(start, end):
                 upstream[e, 0] = upstream[e, 0] * edge_scale[e, 0]
     for e in range(start, start if by_row else end):
-        if e + PREFETCH_DISTANCE < nnz:
-            prefetch_row(xl, indices[e + PREFETCH_DISTANCE], row_bytes)
+        if e + by_edge < nnz:
+            prefetch_row(xl, indices[e + by_edge], row_bytes)
         j = indices[e]
         for h in range(heads):
             if simd:
@@ -124,11 +128,12 @@ def upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream
 
 @njit(nogil=True, cache=True)
 def gatv2_backward_target_blocks(
-    b0, b1, indptr, indices, xl, xr, att, slope, kind, edge_scale, alpha, grad, upstream, delta, p_out, att_part,
-    bias_part, rec_w, rec_signs,
+    b0, b1, indptr, indices, xl, xr, att, slope, kind, ahead, edge_scale, alpha, grad, upstream, delta, p_out,
+    att_part, bias_part, rec_w, rec_signs,
 ):
     """Target pass over the row blocks ``[b0, b1)``; ``B = att_part.shape[0]`` blocks of ``ceil(n_dst / B)`` rows.
 
+    ``ahead``: the prefetch of the gathered rows ``xl[j]``, as in ``forward.gatv2_forward_rows``.
     ``grad`` (n_dst, H, C) is the upstream gradient per head. Writes
     ``upstream`` (E, H) = ``A_ij`` (scaled by the dropout mask), ``delta``
     (E, H) = ``∂L/∂e_ij``, ``p_out`` (n_dst, H, C) = ``P_i`` and
@@ -164,7 +169,7 @@ def gatv2_backward_target_blocks(
                 for h in range(heads):
                     for c in range(channels):
                         bias_part[b, h, c] += grad[i, h, c]
-            upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
+            upstream_delta(i, start, end, indices, xl, ahead, grad, alpha, edge_scale, upstream, delta)
             # the weights and deltas the source pass reads, in CSR order (as in backward_edge.py: keep in step)
             if rec_signs is not None:
                 for e in range(start, end):

@@ -55,6 +55,7 @@ def gatv2_backward_target_edge_blocks(
     att,
     slope,
     kind,
+    ahead,
     u,
     weT,
     edge_scale,
@@ -70,7 +71,7 @@ def gatv2_backward_target_edge_blocks(
     rec_signs,
     bias_part,
 ):
-    """``gatv2_backward_target_blocks`` with edge features (``bias_part`` as there).
+    """``gatv2_backward_target_blocks`` with edge features (``ahead`` and ``bias_part`` as there).
 
     Also writes ``we_part`` (B, H, D, C), the blocks' ``Σ q_ij ⊗ u_ij``
     (fused multiply-adds in edge order, see the module docstring), and
@@ -128,7 +129,7 @@ def gatv2_backward_target_edge_blocks(
             for h in range(heads):
                 for c in range(channels):
                     p_out[i, h, c] = zero
-            upstream_delta(i, start, end, indices, xl, grad, alpha, edge_scale, upstream, delta)
+            upstream_delta(i, start, end, indices, xl, ahead, grad, alpha, edge_scale, upstream, delta)
             if rec_signs is not None:  # as backward.gatv2_backward_target_blocks: keep in step
                 for e in range(start, end):
                     for h in range(heads):

@@ -47,13 +47,15 @@ LOCAL_SPAN_BYTES = 32 << 10
 #: (1024 graphs of 8-32 nodes, 5.8 MB gathered, 1 x 32 channels, one thread,
 #: AMD EPYC Zen 4) the pass took 0.64-0.74 ms with windows of 24 to 128 rows
 #: of 128 bytes and 1.0-1.1 ms without (old and new kernels alternating in one
-#: process), and the whole step 0.955x the time. The forward kernels take
-#: it too (``layers.passes.forward_prefetch``: one prefetch of ``xl`` per
-#: target row instead of one per edge, where the graph is local by the same
-#: test): on ``small-batch`` a copy of the forward kernel took 1.74-1.80 ms
-#: with it and 1.82-1.89 with the edge prefetch (2.14-2.17 with none), and
-#: the step 0.984-0.991x the time. On random graphs the window's rows are no
-#: better than any other, so they do not get it.
+#: process), and the whole step 0.955x the time. The forward kernels and
+#: the backward's target pass take it too (``layers.passes.forward_prefetch``:
+#: one prefetch of ``xl`` per target row instead of one per edge, where the
+#: graph is local by the same test): on ``small-batch`` a copy of the forward
+#: kernel took 1.74-1.80 ms with it and 1.82-1.89 with the edge prefetch
+#: (2.14-2.17 with none), the target pass 1.47-1.50 instead of 1.69-1.72, and
+#: the step 0.966-0.980x the time (small-batch-edge 0.973-0.982x). On random
+#: graphs the window's rows are no better than any other, so they do not get
+#: it.
 WINDOW = 0
 WINDOW_AHEAD_BYTES = 4 << 10
 

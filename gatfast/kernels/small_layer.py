@@ -188,6 +188,7 @@ def small_layer_backward(
         att,
         slope,
         kind,
+        np.int64(WINDOW),
         edge_scale,
         alpha,
         grad,
