@@ -24,6 +24,7 @@ from gatfast.diagnostics import (
     theta_r_flow_from_cache,
 )
 from gatfast.kernels import ACTIVATIONS, gatv2_forward_edge_rows, gatv2_forward_rows
+from gatfast.kernels.prefetch import PREFETCH_DISTANCE
 
 EPS = 1e-4  # no regime flips: make_case keeps |z| > 1e-3
 DEAD = 1e-10  # |Δout| / (2 eps) below this: no change (rounding gives ~1e-12)
@@ -88,8 +89,8 @@ def kernel_attention_changed(layer, cache):
                 xr[:, h, d] += sign * EPS
                 alpha = np.empty((g.nnz, H))
                 out = np.empty((n, H, C))
-                kernel(0, n, g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind, *edge,
-                       empty, np.zeros(0), False, alpha, out)
+                kernel(0, n, g.indptr, g.indices, cache.xl, xr, cache.params["att"], slope, kind, PREFETCH_DISTANCE,
+                       *edge, empty, np.zeros(0), False, alpha, out)
                 outs.append(out[:, h, :])
             ratio[:, h, d] = np.abs(outs[0] - outs[1]).max(axis=1) / (2 * EPS)
     ambiguous = (ratio > DEAD) & (ratio < LIVE)
