@@ -37,6 +37,19 @@ def test_mean_edge_span_tells_local_graphs_from_random_ones():
     assert random_graph(5000, 20000, 0).mean_edge_span() > 1000
 
 
+def test_mean_edge_span_of_a_big_graph_is_its_spread_rows_mean():
+    from gatfast.kernels.structure import SPAN_SAMPLE_ROWS
+
+    g = random_graph(3 * SPAN_SAMPLE_ROWS + 5, 12 * SPAN_SAMPLE_ROWS, 8)
+    span = np.abs(g.indices - g.targets())
+    rows = np.arange(0, g.num_dst, 4)  # ceil(num_dst / SPAN_SAMPLE_ROWS) = 4
+    picked = np.isin(g.targets(), rows)
+    assert g.mean_edge_span() == pytest.approx(span[picked].mean(), rel=1e-12)
+    assert g.mean_edge_span() != pytest.approx(span.mean(), rel=1e-6)  # not every row's
+    small = random_graph(SPAN_SAMPLE_ROWS, 3 * SPAN_SAMPLE_ROWS, 9)  # every row
+    assert small.mean_edge_span() == pytest.approx(np.abs(small.indices - small.targets()).mean(), rel=1e-12)
+
+
 def test_source_pass_ahead_thresholds():
     big, far = SMALL_GATHER_BYTES + 1, LOCAL_SPAN_BYTES + 1
     assert source_pass_ahead(big, lambda: far) == PREFETCH_DISTANCE

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels.structure import edge_span_mean
+from ..kernels.structure import SPAN_SAMPLE_ROWS, edge_span_mean
 from . import convert
 from .loops import LoopLayout, loop_layout, without_loops
 
@@ -97,9 +97,8 @@ class CSRGraph:
 
     @classmethod
     def _from_valid(cls, indptr, indices, num_dst, num_src):
-        """Wrap int64 arrays that one of gatfast's own kernels has just built, valid by
-        construction and referenced nowhere else, without checking or copying them (the
-        sampler makes two graphs per batch: checks and copies cost as much as sampling)."""
+        """Wrap int64 arrays one of gatfast's kernels has just built (valid, referenced nowhere else) without
+        checks or copies: the sampler makes two graphs per batch, and those cost as much as sampling."""
         graph = object.__new__(cls)
         graph._adopt(indptr, indices, int(num_dst), int(num_src))
         return graph
@@ -329,15 +328,16 @@ class CSRGraph:
         return cached
 
     def mean_edge_span(self):
-        """Mean ``|j - i|`` over the edges ``j -> i``: small for batches of small graphs, large for random ones.
+        """Mean ``|j - i|`` over the edges ``j -> i`` (cached; the kernels choose their prefetches by it).
 
         Returns
         -------
         float
-            0.0 without edges (cached; the backward pass prefetches its gathers only where they lie far apart).
+            0.0 without edges; over every row up to ``SPAN_SAMPLE_ROWS`` rows, else that many spread evenly.
         """
         if "mean_edge_span" not in self._cache:
-            self._cache["mean_edge_span"] = edge_span_mean(self._indptr, self._indices)
+            step = max(1, -(-self._num_dst // SPAN_SAMPLE_ROWS))
+            self._cache["mean_edge_span"] = edge_span_mean(self._indptr, self._indices, step)
         return self._cache["mean_edge_span"]
 
     def has_self_loops(self):
