@@ -63,7 +63,7 @@ from numba import njit  # noqa: E402
 
 from gatfast import _runtime  # noqa: E402
 from gatfast.kernels import gatv2_backward_source_record_rows, record_bytes  # noqa: E402
-from gatfast.kernels.prefetch import prefetch_row  # noqa: E402
+from gatfast.kernels.prefetch import WINDOW, prefetch_row  # noqa: E402
 from gatfast.layers import passes  # noqa: E402
 
 SOURCE_KERNELS = ("gatv2_backward_source_rows", "gatv2_backward_source_edge_rows")
@@ -217,8 +217,10 @@ def measure(name, rounds, size="full"):
     edge = kname.endswith("edge_rows")
     src_indptr, src_edges, src_targets, xl, xr, att, slope, kind, ahead = args[:9]
     edge_scale, alpha, delta, grad, q_out = args[-5:]
-    records_ahead = ahead
-    ahead = (1 << 62) if ahead is None else ahead
+    # the prototypes and the records pass prefetch by edge; the window of batches of small graphs
+    # (prefetch.WINDOW) is the captured kernel's own, so they prefetch nothing there
+    records_ahead = None if ahead == WINDOW else ahead
+    ahead = (1 << 62) if ahead is None or ahead == WINDOW else ahead
     u, weT = (args[9], args[10]) if edge else (None, None)
     signs = signs_in_source_order(src_indptr, src_edges, src_targets, xl, xr, att, u, weT)
     alpha_s, delta_s = np.ascontiguousarray(alpha[src_edges]), np.ascontiguousarray(delta[src_edges])

@@ -89,7 +89,7 @@ class State:
         self.grad_out = runner.grad
         self.g_heads = runner.grad.reshape(n_dst, H, C)
         self.ahead = source_prefetch_distance(g, self.xr, self.g_heads, self.alpha, self.edge_scale, self.u)
-        self.gathers = forward_prefetch(g, self.xl)  # the forward's and the target pass's
+        self.xl_prefetch = forward_prefetch(g, self.xl)  # the forward's and the target pass's
         records = uses_source_records(self.kind, self.ahead, self.xr.nbytes + self.g_heads.nbytes)
         self.records = np.empty((g.nnz, record_bytes(H, C, self.dtype.itemsize)), np.uint8) if records else None
         self.rec_w = None if self.records is None else self.records.view(self.dtype)
@@ -118,7 +118,7 @@ class State:
 
     def run_forward(self):
         """The forward kernel, as ``layers/passes.py`` runs it."""
-        head = (self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind, self.gathers)
+        head = (self.indptr, self.indices, self.xl, self.xr, self.att, self.slope, self.kind, self.xl_prefetch)
         bias = self.layer.constants.no_bias if self.bias is None else self.bias
         tail = (self.edge_scale, bias, finishes_output(self.layer), self.alpha, self.out)
         if self.edge_features:
@@ -133,10 +133,10 @@ class State:
         common = (self.edge_scale, self.alpha, self.g_heads, self.upstream, self.delta, self.p_term, self.att_part)
         blocks = self.att_part.shape[0]
         if self.edge_features:
-            self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.gathers, self.u, self.weT, *common,
+            self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.xl_prefetch, self.u, self.weT, *common,
                        self.we_part, self.grad_u, self.rec_w, self.records, self.bias_part)
         else:
-            self._rows(gatv2_backward_target_blocks, blocks, *head, self.gathers, *common, self.bias_part, self.rec_w,
+            self._rows(gatv2_backward_target_blocks, blocks, *head, self.xl_prefetch, *common, self.bias_part, self.rec_w,
                        self.records)
         if self.bias is not None:  # the layer's bias gradient from the blocks, which checks grad_out
             V.all_finite(column_sum(self.bias_part.reshape(blocks, -1)))

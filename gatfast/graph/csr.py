@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import scipy.sparse as sp
 
-from ..kernels.structure import SPAN_SAMPLE_ROWS, edge_span_mean
+from ..kernels.structure import SPAN_SAMPLE_EDGES, edge_span_mean
 from . import convert
 from .loops import LoopLayout, loop_layout, without_loops
 
@@ -333,11 +333,10 @@ class CSRGraph:
         Returns
         -------
         float
-            0.0 without edges; over every row up to ``SPAN_SAMPLE_ROWS`` rows, else that many spread evenly.
+            0.0 without edges; over every edge up to ``SPAN_SAMPLE_EDGES``, else that many spread evenly.
         """
         if "mean_edge_span" not in self._cache:
-            step = max(1, -(-self._num_dst // SPAN_SAMPLE_ROWS))
-            self._cache["mean_edge_span"] = edge_span_mean(self._indptr, self._indices, step)
+            self._cache["mean_edge_span"] = edge_span_mean(self._indptr, self._indices, SPAN_SAMPLE_EDGES)
         return self._cache["mean_edge_span"]
 
     def has_self_loops(self):

@@ -17,7 +17,7 @@ With LeakyReLU attention the per-row sums of both passes run in
 ``edge_sums.py`` (the sums in vector registers, the same bits) for the
 channels in whole 8-lane vectors; the loops here do the rest and every
 channel of other activations. On graphs that need the source pass's
-prefetch, the LeakyReLU target pass also writes each edge's source record
+edge prefetch, the LeakyReLU target pass also writes each edge's source record
 and the source pass is ``records.py``'s (other activations: the one here).
 ``backward_edge.py`` has the same two passes with edge features. Each row
 (or source) writes only its own outputs, and each block its own partial
@@ -87,8 +87,9 @@ def upstream_delta(i, start, end, indices, xl, ahead, grad, alpha, edge_scale, u
     channels = grad.shape[2]
     row_bytes = heads * channels * xl.itemsize
     by_edge = nnz if ahead == WINDOW else ahead  # nnz: no edge is that far ahead
-    if ahead == WINDOW and i + window_rows(row_bytes) < xl.shape[0]:
-        prefetch_row(xl, i + window_rows(row_bytes), row_bytes)
+    window = window_rows(row_bytes)
+    if ahead == WINDOW and i + window < xl.shape[0]:
+        prefetch_row(xl, i + window, row_bytes)
     dropout = edge_scale.shape[0] > 0
     zero = xl.dtype.type(0.0)
     simd = grad.strides[2] == grad.itemsize and xl.strides[2] == xl.itemsize

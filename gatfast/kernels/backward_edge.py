@@ -236,7 +236,8 @@ def gatv2_backward_source_edge_rows(
     grad,
     q_out,
 ):
-    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too, unless ``ahead`` is None)."""
+    """``gatv2_backward_source_rows`` with edge features (``u[e]`` prefetched too where ``ahead`` is an edge
+    distance)."""
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize

@@ -112,7 +112,7 @@ def gatv2_forward_rows(
         if ahead == WINDOW and i + window < xl.shape[0]:
             prefetch_row(xl, i + window, row_bytes)
         # scores e_ij of all heads, kept in alpha until normalised; one gather
-        # of xl[j] per edge, the rows of later edges prefetched
+        # of xl[j] per edge, the rows of later edges (or of the window above) prefetched
         # every head at once (head_sums.py); `together` implies what leaky_scores needs to write
         # (heads_at_once: whole vectors; typed_contiguous: its arrays), so it always writes
         for e in range(start, end if together else start):

@@ -6,7 +6,9 @@ graph. On graphs larger than the last-level cache each such row is a
 main-memory miss, and the long per-edge arithmetic leaves the CPU's
 out-of-order window too small to overlap them. Asking for the rows of the
 edge ``PREFETCH_DISTANCE`` positions ahead hides that latency (about 5x on a
-200,000-node graph). A prefetch is only a hint: it never faults (even past
+200,000-node graph). On batches of small graphs, whose edges join rows a
+few apart, the passes ask instead for the rows a window past the current
+row (:data:`WINDOW`). A prefetch is only a hint: it never faults (even past
 the end of an array) and never changes a result.
 """
 
@@ -62,7 +64,8 @@ WINDOW_AHEAD_BYTES = 4 << 10
 
 @njit(inline="always", cache=True)
 def window_rows(row_bytes):
-    """How many rows past the current source the :data:`WINDOW` prefetch asks for (at least 4)."""
+    """How many rows past the current row (target, or the source pass's source) the :data:`WINDOW`
+    prefetch asks for (at least 4)."""
     return max(4, WINDOW_AHEAD_BYTES // max(row_bytes, 1))
 
 
@@ -70,11 +73,10 @@ def source_pass_ahead(gathered_bytes, mean_span_bytes):
     """What the backward source pass prefetches: None (nothing), :data:`WINDOW`, or the edge distance
     :data:`PREFETCH_DISTANCE` (see :data:`SMALL_GATHER_BYTES` and :data:`LOCAL_SPAN_BYTES`).
 
-    ``mean_span_bytes`` is a function that returns the span: it is a pass
-    over the graph (and a kernel to compile), called only when the gathered
-    bytes do not decide alone. None rather than 0: the kernels compile the
-    two cases as separate functions, and a run that never prefetches never
-    compiles that one.
+    ``mean_span_bytes`` is a function that returns the span, called only
+    when the gathered bytes do not decide alone. None rather than
+    :data:`WINDOW` for graphs in cache: None is a type of its own, so the
+    kernels compile it as a function without any prefetch code.
     """
     if gathered_bytes <= SMALL_GATHER_BYTES:
         return None

@@ -30,7 +30,7 @@ bytes: 0.73x). In the layer's step (2 threads), the source pass went from
 for the writes; ``python bench/ab.py large --base d96cb07`` gave 0.905x the
 step's time (279 -> 253 ms), ``large-edge`` 0.98x (341 -> 334 ms, within
 noise; its sign bytes had taken 103 ms to read, the records 78-81 ms).
-Used where the source pass prefetches (its gathers miss the cache) and the
+Used where the source pass prefetches by edge (its gathers miss the cache) and the
 target rows it would gather are big (:data:`RECORD_MIN_ROW_BYTES`;
 ``layers/passes.py``): on graphs that fit in cache the records are writes
 the pass does not need; forced there (with the prefetches), the step took
@@ -61,7 +61,7 @@ from .ir_parts import (
 from .prefetch import prefetch_row, prefetch_whole_row
 from .simd import LANES, load_vector, row_pointer, splat
 
-#: The layer takes the records where the source pass prefetches and the target rows it would gather
+#: The layer takes the records where the source pass prefetches by edge and the target rows it gathers
 #: (``xr`` and the upstream gradient) take more than this many bytes. Where those rows stay in cache
 #: the records are writes that save little: the layer's step (2 threads, AMD EPYC Zen 4, one process,
 #: records off and on alternating) took, with the records, 1.10x the time at in-degree 256 on 2000
@@ -115,7 +115,8 @@ def gatv2_backward_source_record_rows(
     source's edges ``p`` in order (``e = src_edges[p]``, ``i =
     src_targets[p]``), with ``w_e``, ``δ_e`` and ``s = 1 if z > 0 else slope``
     from record ``e``: the operations of ``backward.gatv2_backward_source_rows``
-    on the same values. ``ahead``: prefetch distance in edges (None: none).
+    on the same values. ``ahead``: prefetch distance in edges (None, or ``prefetch.WINDOW``: none; the
+    layer takes the records only where the pass prefetches by edge).
     """
     heads = att.shape[0]
     channels = att.shape[1]
@@ -135,7 +136,7 @@ def gatv2_backward_source_record_rows(
     for j in range(j0, j1):
         lo = src_indptr[j]
         hi = src_indptr[j + 1]
-        if ahead is not None:  # the rows of the edges `ahead` positions past this source's, in one go
+        if ahead is not None and ahead > 0:  # the rows of the edges `ahead` positions past this source's
             for p in range(lo + ahead, min(hi + ahead, src_edges.size)):
                 prefetch_row(grad, src_targets[p], row_bytes)
                 if straddles:

@@ -77,7 +77,8 @@ def small_layer_forward(
     # a first row typed int64, not the literal 0: the general path's specialisation, compiled once
     # the output is finished below (the mean of the heads first, where they are averaged)
     unfinished = n < 0  # False, typed as the general path's flag
-    # the window prefetch: one per row, and none past the last (a scene's rows are in cache anyway)
+    # the window prefetch, the cheapest: one per row where the edge prefetch makes one per edge, and a
+    # scene's rows are in cache anyway
     head = (indptr, indices, xl, xr, att, slope, kind, np.int64(WINDOW))
     gatv2_forward_rows(np.int64(0), n, *head, edge_scale, bias[:0], unfinished, alpha, per_head)
     concat = out.shape[1] == heads * channels

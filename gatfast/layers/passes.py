@@ -140,7 +140,8 @@ def forward_prefetch(g, xl):
 
 
 def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
-    """The backward source pass's prefetch distance on graph ``g`` (None: none; see ``kernels.prefetch``).
+    """What the backward source pass prefetches on graph ``g``: None (nothing), ``prefetch.WINDOW`` or an edge
+    distance (``kernels.prefetch.source_pass_ahead``).
 
     From the bytes of the rows it gathers (``xr``, ``g_heads`` per target;
     ``alpha``, ``delta``, ``edge_scale``, ``u`` per edge) and how far apart an
@@ -221,15 +222,15 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
         rec_w = rec_signs.view(dtype)
     else:
         rec_w = rec_signs = None
-    gathers = (forward_prefetch(g, cache.xl),)  # the target pass gathers xl as the forward does
+    xl_prefetch = (forward_prefetch(g, cache.xl),)  # the target pass gathers xl as the forward does
     if layer.edge_dim is None:
-        _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + gathers + (
+        _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + xl_prefetch + (
             cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part, rec_w, rec_signs),
             work)
     else:
         we_part = ws.empty("we_part", (blocks, H, dims, C), dtype)  # every block zeroes its own
         grad_u = ws.empty("grad_u", (g.nnz if edge_grad else 0, dims), dtype)
-        _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + gathers + (
+        _runtime.run_rows(gatv2_backward_target_edge_blocks, blocks, head + xl_prefetch + (
             u, weT, cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, we_part, grad_u,
             rec_w, rec_signs, bias_part), work)
     if in_target_pass:  # a non-finite grad_out is refused before the source pass
