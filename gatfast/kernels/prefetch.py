@@ -80,7 +80,14 @@ def source_pass_ahead(gathered_bytes, mean_span_bytes):
     """
     if gathered_bytes <= SMALL_GATHER_BYTES:
         return None
-    return WINDOW if mean_span_bytes() <= LOCAL_SPAN_BYTES else PREFETCH_DISTANCE
+    return gather_prefetch(mean_span_bytes())
+
+
+def gather_prefetch(mean_span_bytes):
+    """What a pass that gathers rows prefetches, given how far apart an edge's two rows lie on average in
+    bytes: :data:`WINDOW` up to :data:`LOCAL_SPAN_BYTES` (batches of small graphs), else the rows of the
+    edge :data:`PREFETCH_DISTANCE` positions on."""
+    return WINDOW if mean_span_bytes <= LOCAL_SPAN_BYTES else PREFETCH_DISTANCE
 
 
 def _emit_prefetch(builder, ptr):

@@ -30,7 +30,7 @@ from ..kernels import (
     readonly,
     record_bytes,
 )
-from ..kernels.prefetch import LOCAL_SPAN_BYTES, PREFETCH_DISTANCE, WINDOW, source_pass_ahead
+from ..kernels.prefetch import WINDOW, gather_prefetch, source_pass_ahead
 from ..kernels.records import RECORD_MIN_ROW_BYTES
 from ..kernels.reduce import column_sums
 from .gradients import input_side_grads
@@ -132,11 +132,10 @@ def attention_forward(layer, g, xl, xr, u, edge_scale, params, ws):
 
 
 def forward_prefetch(g, xl):
-    """What the forward kernel prefetches on graph ``g``: ``prefetch.WINDOW`` where an edge's two rows of
-    ``xl`` lie at most ``LOCAL_SPAN_BYTES`` apart on average (batches of small graphs), else the rows of
-    the edge ``PREFETCH_DISTANCE`` positions on (see ``kernels.prefetch``)."""
+    """What the forward kernels and the target pass prefetch of ``xl`` on graph ``g``: ``prefetch.WINDOW``
+    on batches of small graphs, else an edge distance (``kernels.prefetch.gather_prefetch``)."""
     row_bytes = xl[0].nbytes if xl.shape[0] else 0
-    return WINDOW if g.mean_edge_span() * row_bytes <= LOCAL_SPAN_BYTES else PREFETCH_DISTANCE
+    return gather_prefetch(g.mean_edge_span() * row_bytes)
 
 
 def source_prefetch_distance(g, xr, g_heads, alpha, edge_scale, u):
