@@ -6,20 +6,19 @@ What gatfast changes in the process, and when (nothing happens at import):
   cores) is changed only inside :func:`threads` blocks (``gatfast train
   --threads N``, ``train(..., threads=N)``) and restored afterwards.
 * Kernels run on the calling thread when the work is too small to be worth
-  waking threads (:data:`PARALLEL_WORK`), else over chunks of rows on a small
-  thread pool of this module (:func:`run_rows`; the kernels release the
-  GIL). No OpenMP runtime is started, so a forked child computes like its
+  waking threads (:data:`PARALLEL_WORK`), else over chunks of rows on a team
+  of helper threads that spin briefly between tasks (:func:`run_rows`,
+  ``_team.py``; the kernels release the GIL). No OpenMP runtime is started, so a forked child computes like its
   parent and BLAS threads are never starved by spinning OpenMP workers.
 * BLAS is held at one thread (through threadpoolctl's controllers) while a
   layer's forward or backward pass runs its dense products, as one call or
-  in row chunks on that same pool; the previous counts are restored.
+  in row chunks on that same team; the previous counts are restored.
 * A one-line notice goes to stderr when the first call of a kernel takes
   long enough to be a compilation (the first run after installing).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -27,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import numba
+
+from ._team import run_here, team_for
 
 __all__ = [
     "CHUNKS_PER_THREAD",
@@ -126,59 +127,24 @@ def _workers_for(work):
 
 
 def _share(task, chunks, workers):
-    """Run ``task(start, stop)`` for every chunk on the calling thread and up to ``workers - 1`` pool threads.
+    """Run ``task(*chunk)`` for every chunk on the calling thread and up to ``workers - 1`` helper threads.
 
     Each thread takes the next chunk until none is left (hubs make chunks
-    uneven); the calling thread works too instead of waiting idle, and
-    returns only when every chunk is done, even if one raised: a failed
-    chunk's exception (the first chunk's, if several failed) is raised
-    after all the others ran.
+    uneven); the calling thread works too, and returns only when every chunk
+    is done, even if one raised: a failed chunk's exception (the first
+    chunk's, if several failed) is raised after all the others ran. The
+    helpers are this thread count's team (``_team.py``, which spins between
+    tasks); while it runs another call's task (another thread's, or the call
+    this one is nested in), the chunks run on the calling thread.
     """
-    ticket = itertools.count()  # next() is atomic under the GIL
-    errors = []  # (chunk, exception); list.append is atomic under the GIL
-
-    def drain():
-        for k in iter(ticket.__next__, None):
-            if k >= len(chunks):
-                return
-            try:
-                task(*chunks[k])
-            except Exception as exc:  # noqa: BLE001 - the other chunks still run; raised once all are done
-                errors.append((k, exc))
-
-    helpers = min(workers, len(chunks)) - 1
-    pool = _pool(numba.get_num_threads() - 1)  # one pool per thread count, whatever the work's cap
-    futures = [pool.submit(drain) for _ in range(helpers)]
+    team = team_for(numba.get_num_threads() - 1)  # one team per thread count, whatever the work's cap
+    if not team.lock.acquire(blocking=False):
+        run_here(task, chunks)
+        return
     try:
-        drain()
+        team.run(task, chunks, workers)
     finally:
-        failure = _wait_for(futures)
-    if errors:
-        raise min(errors, key=lambda item: item[0])[1]
-    if failure is not None:
-        raise failure
-
-
-def _wait_for(futures):
-    """Wait for every helper that started, cancelling those still queued; return the first exception.
-
-    When the caller returns from its own ``drain``, every chunk has been
-    taken (or the caller was interrupted), so a helper still queued has
-    nothing left to do: cancelling it saves waiting for it to wake (25 to
-    170 us on a 2-vCPU virtual machine, more than a small kernel's work),
-    and on a pool thread, where a nested call's helpers may wait behind the
-    very threads that wait for them, it is what keeps the call from hanging.
-    A helper that is running may hold a chunk, so it is waited for.
-    """
-    failure = None
-    for future in futures:
-        if future.cancel():
-            continue
-        try:
-            future.result()
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller once all are done
-            failure = failure or exc
-    return failure
+        team.lock.release()
 
 
 def helpers():
@@ -319,7 +285,7 @@ def run_chunks(task, chunks, work=None):
 
     The results come back in chunk order whatever thread ran which chunk, so
     a caller that adds per-chunk partial sums in list order gets the same
-    bits for any thread count. The pool is per process: a forked child never
+    bits for any thread count. The team is per process: a forked child never
     waits on its parent's threads. ``work``, in the edge kernels' units
     (about a nanosecond each; see :data:`THREAD_WORK`), caps the threads
     woken; None uses them all.

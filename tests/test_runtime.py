@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from threadpoolctl import ThreadpoolController
 
-from gatfast import CSRGraph, GATv2Layer, _runtime
+from gatfast import CSRGraph, GATv2Layer, _runtime, _team
 
 needs_two_threads = pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 Numba threads")
 
@@ -65,14 +65,24 @@ def test_an_error_in_one_chunk_is_raised_after_every_chunk_ran():
 
 
 @needs_two_threads
-def test_the_caller_does_not_wait_for_a_helper_that_never_started():
-    # the pool's thread is busy elsewhere: the caller runs every chunk itself and
-    # returns, instead of waiting for the helper to wake up with nothing left to do
+def test_the_caller_does_not_wait_for_a_team_busy_with_another_call():
+    # another thread's call holds the team (its chunks wait for `release`): this call runs every
+    # chunk itself and returns, instead of waiting for the team's helper
     release = threading.Event()
     done = []
+
+    def busy():
+        with _runtime.threads(2):
+            _runtime.run_rows(lambda start, stop: release.wait(30), 800, (), 100 * _runtime.SERIAL_WORK)
+
     with _runtime.threads(2):
-        blocker = _runtime.submit(release.wait, 30)
+        other = threading.Thread(target=busy)
+        other.start()
         try:
+            for _ in range(200):  # until the other call holds the team
+                if _team.team_for(1).lock.locked():
+                    break
+                time.sleep(0.01)
 
             def call():
                 with _runtime.threads(2):  # Numba's thread count is per thread: set it in this one too
@@ -83,10 +93,10 @@ def test_the_caller_does_not_wait_for_a_helper_that_never_started():
             caller = threading.Thread(target=call)
             caller.start()
             caller.join(10)
-            assert not caller.is_alive(), "run_rows waited for a helper that had not started"
+            assert not caller.is_alive(), "run_rows waited for a team busy with another call"
         finally:
             release.set()
-            blocker.result()
+            other.join(30)
     assert sorted(done) == sorted(set(done)) and sum(b - a for a, b in done) == 800
 
 
@@ -133,7 +143,7 @@ def test_small_work_wakes_one_thread_per_thread_work_and_never_fewer_than_two(mo
         assert _runtime._workers_for(work) == min(threads, want)
     names = set()
     lock = threading.Lock()
-    pools_before = set(_runtime._pools)
+    teams_before = set(_team._teams)
 
     def kernel(start, stop):
         time.sleep(0.002)  # long enough that every woken helper takes a chunk
@@ -148,8 +158,9 @@ def test_small_work_wakes_one_thread_per_thread_work_and_never_fewer_than_two(mo
         chunks = [(k, k + 1) for k in range(64)]
         assert _runtime.run_chunks(lambda a, b: kernel(a, b) or a, chunks, work) == list(range(64))
         assert len(names) <= _runtime._workers_for(work)
-    # every work size shares the one pool of this thread count
-    assert set(_runtime._pools) - pools_before <= {(os.getpid(), threads - 1)}
+    # every work size shares the one team of this thread count
+    assert set(_team._teams) - teams_before <= {(os.getpid(), threads - 1)}
+    assert (os.getpid(), threads - 1) in _team._teams
 
 
 @needs_two_threads
