@@ -27,7 +27,7 @@ from contextlib import contextmanager, nullcontext
 
 import numba
 
-from ._team import run_here, team_for
+from ._team import on_helper, run_here, team_for
 
 __all__ = [
     "CHUNKS_PER_THREAD",
@@ -72,8 +72,8 @@ STREAM_BYTES_PER_UNIT = 16
 
 #: Streaming passes over arrays of at least this many elements (the
 #: finiteness checks, the output bias, the bias gradients) run in blocks on
-#: the pool: one pass over 4 MiB of float32 takes 0.3-0.5 ms on one thread,
-#: far above a pool thread's wake-up.
+#: the team: one pass over 4 MiB of float32 takes 0.3-0.5 ms on one thread,
+#: far above a thread's wake-up.
 PARALLEL_ELEMENTS = 1 << 20
 
 #: Chunks of rows per thread: enough for threads that finish early to take
@@ -134,17 +134,13 @@ def _share(task, chunks, workers):
     is done, even if one raised: a failed chunk's exception (the first
     chunk's, if several failed) is raised after all the others ran. The
     helpers are this thread count's team (``_team.py``, which spins between
-    tasks); while it runs another call's task (another thread's, or the call
-    this one is nested in), the chunks run on the calling thread.
+    tasks). A call from one of a team's helpers (a chunk's nested call), or
+    while the team runs another call's task, runs its chunks on the calling
+    thread: no call waits for a team that waits for it, and a helper, whose
+    Numba thread count is the process default, never starts a second team.
     """
-    team = team_for(numba.get_num_threads() - 1)  # one team per thread count, whatever the work's cap
-    if not team.lock.acquire(blocking=False):
+    if on_helper() or not team_for(numba.get_num_threads() - 1).try_run(task, chunks, workers):
         run_here(task, chunks)
-        return
-    try:
-        team.run(task, chunks, workers)
-    finally:
-        team.lock.release()
 
 
 def helpers():
@@ -191,7 +187,7 @@ def threads(n):
         yield
         return
     from ._validate import (
-        check_int,  # here, not at the top: _validate runs its big checks on this module's pool
+        check_int,  # here, not at the top: _validate runs its big checks on this module's team
     )
 
     n = check_int(n, "threads", 1)
@@ -265,7 +261,7 @@ def blas_single_thread(work=None):
 
     Used around a layer's forward and backward pass, and once around a
     network's layers (the layers' holds inside it cost nothing): the dense products run
-    either as one call or in row chunks on the thread pool of
+    either as one call or in row chunks on the thread team of
     :func:`run_chunks`, one single-threaded BLAS call per chunk, so BLAS's
     own worker threads (which busy-wait between calls) never compete with
     gatfast's threads or with each other for the cores; on a 2-core machine

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from ._cpus import usable_cpus
-from .kernels.spin import add_one, finish_and_spin, publish, spin_at_least
+from .kernels.spin import add, finish_and_spin, publish, spin_at_least
 
 __all__ = [
     "GIL_DELAY_SECONDS",
@@ -38,6 +38,7 @@ __all__ = [
     "SHORT_TASK_SECONDS",
     "WAIT_SPIN_SECONDS",
     "Team",
+    "on_helper",
     "run_here",
     "team_for",
 ]
@@ -71,13 +72,29 @@ _SEQ, _SLOTS = 0, 8  # cells on separate cache lines: the task's number, the hel
 _teams = {}
 _lock = threading.Lock()
 _pause = []
+_helper = threading.local()  # .team: set on a team's own threads
+
+
+def _forget_teams():
+    # a child forked while another thread held _lock (or ran a task) starts afresh: its parent's
+    # threads do not exist in it
+    global _lock
+    _lock = threading.Lock()
+    _teams.clear()
+
+
+os.register_at_fork(after_in_child=_forget_teams)
 
 
 def pause_seconds():
-    """Seconds per iteration of the spin loops on this machine (measured once per process, about 2 ms)."""
+    """Seconds per iteration of the spin loops on this machine (measured once per process, in about 2 ms)."""
     if not _pause:
         cells = np.zeros(16, np.int64)
-        spin_at_least(cells, 0, 1, 1)  # compiled or loaded before timing
+        # every spin kernel compiled or loaded here, before timing, not in a helper at a rare moment
+        spin_at_least(cells, 0, 1, 1)
+        add(cells, 1, 0)
+        publish(cells, 2, 0, 3, 0)
+        finish_and_spin(cells, 0, cells, 0, 8, 0, 0, 1, 0)
         best = float("inf")
         for _ in range(3):
             start = time.perf_counter()
@@ -89,18 +106,23 @@ def pause_seconds():
 
 def team_for(size):
     """This process's team of ``size`` helpers (made on first use)."""
-    key = (os.getpid(), size)  # a forked child gets its own threads
-    team = _teams.get(key)
+    team = _teams.get(size)
     if team is None:
+        pause_seconds()  # outside the lock: the first call may load the spin kernels
         with _lock:
-            team = _teams.get(key)
+            team = _teams.get(size)
             if team is None:
-                team = _teams[key] = Team(size)
+                team = _teams[size] = Team(size)
     return team
 
 
+def on_helper():
+    """Whether the calling thread is one of a team's helpers (a chunk's nested call then runs where it is)."""
+    return getattr(_helper, "team", None) is not None
+
+
 def run_here(task, chunks):
-    """Every chunk on the calling thread, with :meth:`Team.run`'s error rule."""
+    """Every chunk on the calling thread, with :meth:`Team.try_run`'s error rule."""
     errors = []
     for k, chunk in enumerate(chunks):
         try:
@@ -132,14 +154,13 @@ class Team:
 
     def __init__(self, size):
         self.size = size
-        self.lock = threading.Lock()  # held by the one caller whose task the team runs
+        self._run_lock = threading.Lock()  # held by the one caller whose task the team runs
         self._cells = np.zeros(16, np.int64)
         self._seq = 0
         self._job = None
-        wake = threading.Lock()
-        self._wakes = [threading.Condition(wake) for _ in range(size)]  # one per helper, one lock
+        self._wake_lock = threading.Lock()
+        self._wakes = [threading.Condition(self._wake_lock) for _ in range(size)]  # a helper each
         self._asleep = [False] * size
-        self._spin_left_out = False  # a helper left out of a task sleeps (see _serve)
         self._finished = threading.Condition()  # the caller asleep on the helpers' last chunks
         self._caller_sleeps = False
         pause = pause_seconds()
@@ -148,32 +169,52 @@ class Team:
         self._wait_spins = int(WAIT_SPIN_SECONDS / pause) if spin else 0
         self._delay_spins = int(GIL_DELAY_SECONDS / pause)
         self._none = np.zeros(1, np.int64)
-        for rank in range(size):
-            threading.Thread(target=self._serve, args=(rank,), daemon=True, name=f"gatfast-{rank}").start()
+        self.threads = [
+            threading.Thread(target=self._serve, args=(rank,), daemon=True, name=f"gatfast-team{size}-{rank}")
+            for rank in range(size)
+        ]
+        for thread in self.threads:
+            thread.start()
 
-    def run(self, task, chunks, workers):
+    def busy(self):
+        """Whether a call's task holds the team."""
+        return self._run_lock.locked()
+
+    def try_run(self, task, chunks, workers):
         """``task(*chunk)`` for every chunk, on the calling thread and up to ``workers - 1`` helpers.
 
-        The caller must hold :attr:`lock`. It works too, taking the next
-        chunk until none is left, and returns once every chunk a helper took
-        is done. A failed chunk does not stop the others: the first failed
-        chunk's exception is raised after all of them ran. If the caller is
+        Returns False at once, running nothing, if another call's task holds
+        the team. Else the caller works too, taking the next chunk until none
+        is left, and returns True once every chunk a helper took is done. A
+        failed chunk does not stop the others: the first failed chunk's
+        exception is raised after all of them ran. If the caller is
         interrupted (Ctrl-C), the helpers take no more chunks and the caller
-        re-raises once the chunks they are running are done.
+        re-raises once the chunks they are running are done (a second Ctrl-C
+        too waits for those, at most a chunk's time).
         """
-        self._seq += 1
-        job = self._job = _Job(task, chunks, self._seq)
-        slots = min(workers, self.size + 1, len(chunks)) - 1
-        publish(self._cells, _SEQ, job.seq, _SLOTS, slots)
-        if True in self._asleep[:slots]:
-            with self._wakes[0]:
-                for rank in range(slots):
-                    if self._asleep[rank]:
-                        self._wakes[rank].notify()
+        if not self._run_lock.acquire(blocking=False):
+            return False
+        try:
+            self._run(task, chunks, workers)
+        finally:
+            self._run_lock.release()
+        return True
+
+    def _run(self, task, chunks, workers):
         n = len(chunks)
         own = 0
+        self._seq += 1
+        job = _Job(task, chunks, self._seq)
         try:
-            for k in iter(job.ticket.__next__, None):
+            self._job = job
+            slots = min(workers, self.size + 1, n) - 1
+            publish(self._cells, _SEQ, job.seq, _SLOTS, slots)
+            if True in self._asleep[:slots]:
+                with self._wake_lock:
+                    for rank in range(slots):
+                        if self._asleep[rank]:
+                            self._wakes[rank].notify()
+            for k in job.ticket:
                 if k >= n:
                     break
                 own += 1
@@ -183,17 +224,18 @@ class Team:
                     job.errors.append((k, exc))
         except BaseException:
             job.stop = True  # before counting the helpers' chunks: a later one sees it and runs nothing
-            self._wait(job, lambda: len(job.started))
             raise
         finally:
             self._job = None  # the task's arrays are not kept alive by the team
-        self._wait(job, lambda: n - own)
+            # interrupted, the caller may not know which tickets it took: count the helpers' own
+            self._wait(job, (lambda: len(job.started)) if job.stop else (lambda: n - own))
         if job.errors:
             raise min(job.errors, key=lambda item: item[0])[1]
 
     def _wait(self, job, target):
         """Wait until the helpers' finished chunks reach ``target()``; not cut short by Ctrl-C."""
         interrupted = None
+        pause = 2e-5
         while True:
             try:
                 want = target()
@@ -202,8 +244,11 @@ class Team:
                 with self._finished:
                     self._caller_sleeps = True
                     try:
-                        while job.done[0] < want:
-                            self._finished.wait(0.002)  # also bounds a wake-up lost to a helper's spin
+                        # short sleeps first: a helper that saw the flag unset before the caller set it
+                        # marks its last chunk without waking the caller
+                        while spin_at_least(job.done, 0, want, 0) < want:
+                            self._finished.wait(pause)
+                            pause = min(2 * pause, 2e-3)
                     finally:
                         self._caller_sleeps = False
                 break
@@ -217,71 +262,56 @@ class Team:
         """A helper: spin (then sleep) until a task takes it, run chunks of it, repeat.
 
         A helper that a task leaves out (small work takes fewer threads) sleeps
-        until one takes it, rather than spin beside the threads that work: on
-        16 cores, ``small-batch``'s passes take 6 threads, and 9 helpers
-        spinning beside them (on a machine whose vCPUs may share cores) made the
-        step slower than the sleeping pool.
+        until one takes it, rather than spin beside the threads that work.
         """
-        cells, none, wake = self._cells, self._none, self._wakes[rank]
-        seen, done, finished, spins = 0, none, 0, self._idle_spins
+        _helper.team = self
+        wake = self._wakes[rank]
+        seen, finished, done, spins = 0, 0, self._none, self._idle_spins
         while True:
             got = finish_and_spin(
-                done,
-                finished,
-                cells,
-                _SEQ,
-                _SLOTS,
-                rank,
-                seen,
-                spins,
-                self._delay_spins,
-                self._spin_left_out,
+                done, finished, self._cells, _SEQ, _SLOTS, rank, seen, spins, self._delay_spins
             )
-            done, finished = none, 0
+            finished, done = 0, self._none
             if got < 0:  # no task for this helper in its spin: sleep until one takes it
                 seen = -1 - got
                 with wake:
                     self._asleep[rank] = True
-                    while cells[_SEQ] == seen or rank >= cells[_SLOTS]:
+                    while self._cells[_SEQ] == seen or rank >= self._cells[_SLOTS]:
                         wake.wait()
                     self._asleep[rank] = False
                 continue  # the spin sees the new task at once
             seen = got
-            job = self._job
-            if job is None or job.seq != got:
-                continue
             start = time.perf_counter()
-            finished, done = self._take(job), job.done
-            job = None  # nor by a helper asleep
+            finished, done = self._take(got)
             spins = self._idle_spins if time.perf_counter() - start < SHORT_TASK_SECONDS else 0
-            if finished and self._caller_sleeps:  # mark the last chunk here and wake the caller
-                add_one(done, 0)
+            if finished and self._caller_sleeps:  # mark the chunks here and wake the caller
+                add(done, 0, finished)
                 finished = 0
                 with self._finished:
                     self._finished.notify_all()
 
-    def _take(self, job):
-        """Run chunks of ``job`` until none is left; 1 if the last one is still to be marked done.
+    def _take(self, seq):
+        """Run chunks of task ``seq`` until none is left: ``(chunks run, the task's done cell)``.
 
-        Every chunk but the last is marked here; the last is marked by
-        ``finish_and_spin`` after the GIL is released, so that this helper
-        does not hold it just as the caller, woken by that mark, wants it.
+        The chunks are marked done by the caller of this (``finish_and_spin``
+        after the GIL is released), all at once, so that this helper does not
+        hold the GIL just as the caller, woken by that mark, wants it. A
+        chunk's exception of any kind is kept for the caller, which raises
+        it: a helper never dies with a chunk unmarked.
         """
+        job = self._job  # a local: the team keeps no task alive after its call (nor does a helper)
+        if job is None or job.seq != seq:
+            return 0, self._none
         n = len(job.chunks)
-        k = next(job.ticket)
-        if k >= n:
-            return 0
-        while True:
-            job.started.append(k)
+        ran = 0
+        for k in job.ticket:
+            if k >= n:
+                break
+            ran += 1
             try:
+                job.started.append(k)
                 if not job.stop:
                     job.task(*job.chunks[k])
-            except Exception as exc:  # noqa: BLE001 - raised by the caller once all chunks ran
+            except BaseException as exc:  # noqa: BLE001 - raised by the caller once all chunks ran
                 job.errors.append((k, exc))
-            except BaseException:
-                add_one(job.done, 0)
-                raise
-            k = next(job.ticket)
-            if k >= n:
-                return 1
-            add_one(job.done, 0)
+        return ran, job.done

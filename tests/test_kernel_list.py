@@ -24,9 +24,11 @@ def test_every_recorded_run_has_a_list_of_gatfast_kernels():
 
 
 def test_the_merged_list_ends_with_what_every_run_needs_last():
-    # the helper starts at the end: there, the optimizer step that every training run compiles last
+    # the helper starts at the end: there, the optimizer step that every training run compiles among
+    # its last kernels (traffic_scenes compiles a few after it: its first parallel pass, and with it the
+    # thread team's spin kernels, comes after its first optimizer step)
     names = [d.py_func.__name__ for d, _ in _kernel_list.load_manifest()]
-    assert "adam_update" in names[-3:]
+    assert "adam_update" in names[-6:]
 
 
 @pytest.mark.parametrize(

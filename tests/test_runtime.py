@@ -79,10 +79,11 @@ def test_the_caller_does_not_wait_for_a_team_busy_with_another_call():
         other = threading.Thread(target=busy)
         other.start()
         try:
-            for _ in range(200):  # until the other call holds the team
-                if _team.team_for(1).lock.locked():
+            for _ in range(500):  # until the other call holds the team
+                if _team.team_for(1).busy():
                     break
                 time.sleep(0.01)
+            assert _team.team_for(1).busy()
 
             def call():
                 with _runtime.threads(2):  # Numba's thread count is per thread: set it in this one too
@@ -123,12 +124,12 @@ def test_a_helper_that_fails_is_reported_after_every_chunk_was_tried_once():
                 # the first failed chunk's error is the one raised, whichever failed first in time
                 assert str(exc) == f"a helper's chunk at {min(failed)} failed"
                 return
-    pytest.skip("the pool's thread never woke while the caller worked")
+    pytest.skip("the team's helper never woke while the caller worked")
 
 
 @pytest.mark.parametrize("threads", [3, 4, 16])
 def test_small_work_wakes_one_thread_per_thread_work_and_never_fewer_than_two(monkeypatch, threads):
-    # a machine with more cores than this one: Numba's count is faked, the pool is real
+    # a machine with more cores than this one: Numba's count is faked, the team is real
     monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
     unit = _runtime.THREAD_WORK
     cases = [
@@ -159,12 +160,12 @@ def test_small_work_wakes_one_thread_per_thread_work_and_never_fewer_than_two(mo
         assert _runtime.run_chunks(lambda a, b: kernel(a, b) or a, chunks, work) == list(range(64))
         assert len(names) <= _runtime._workers_for(work)
     # every work size shares the one team of this thread count
-    assert set(_team._teams) - teams_before <= {(os.getpid(), threads - 1)}
-    assert (os.getpid(), threads - 1) in _team._teams
+    assert set(_team._teams) - teams_before <= {threads - 1}
+    assert threads - 1 in _team._teams
 
 
 @needs_two_threads
-def test_a_failing_chunk_of_a_call_nested_on_the_pool_does_not_hang():
+def test_a_failing_chunk_of_a_call_nested_on_the_team_does_not_hang():
     # both threads run an outer chunk whose nested call fails: neither may wait for the other's queued helper
     def inner(start, stop):
         if start == 1:
@@ -185,7 +186,7 @@ def test_a_failing_chunk_of_a_call_nested_on_the_pool_does_not_hang():
     caller = threading.Thread(target=call, daemon=True)
     caller.start()
     caller.join(30)
-    assert not caller.is_alive(), "a nested call on the pool hung after a chunk failed"
+    assert not caller.is_alive(), "a nested call on the team hung after a chunk failed"
     assert result == ["inner chunk failed"]
 
 

@@ -1,40 +1,55 @@
 """gatfast._team: helpers that spin between tasks; kernels/spin.py: the atomic cells they wait on."""
 
+import gc
 import os
 import signal
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
 
 from gatfast import _runtime, _team
-from gatfast.kernels.spin import add_one, finish_and_spin, publish, spin_at_least
+from gatfast.kernels.spin import add, finish_and_spin, publish, spin_at_least
+
+needs_proc = pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
+
+
+@pytest.fixture
+def spinning(monkeypatch):
+    """Teams made in the test spin, whatever this machine's CPU count."""
+    monkeypatch.setattr(_team, "usable_cpus", lambda: 64)
+
+
+def _run(team, task, n, workers):
+    assert team.try_run(task, [(k,) for k in range(n)], workers)
 
 
 def test_the_spin_cells_count_publish_and_time_out():
     cells = np.zeros(16, np.int64)
-    for _ in range(5):
-        add_one(cells, 3)
-    assert cells[3] == 5
+    for amount in (1, 2, 3):
+        add(cells, 3, amount)
+    assert cells[3] == 6
     publish(cells, 0, 7, 8, 2)
     assert cells[0] == 7 and cells[8] == 2
-    assert spin_at_least(cells, 3, 5, 1) == 5  # reached
-    assert spin_at_least(cells, 3, 6, 1000) == 5  # not reached: returns after its iterations
+    assert spin_at_least(cells, 3, 6, 1) == 6  # reached
+    assert spin_at_least(cells, 3, 7, 1000) == 6  # not reached: returns after its iterations
     done = np.zeros(1, np.int64)
-    # a task for 2 helpers takes ranks 0 and 1 at once
-    for left_out_spins in (0, 1):
-        assert finish_and_spin(done, 1, cells, 0, 8, 1, 6, 1000, 3, left_out_spins) == 7
-    assert done[0] == 2  # each finished chunk was marked first
-    # rank 2 is not taken: -1 - (the newest number seen), at once or when the spin is over
-    assert (
-        finish_and_spin(done, 0, cells, 0, 8, 2, 6, 10**9, 0, 0) == -1 - 7
-    )  # 10**9 pauses: would not return
-    assert finish_and_spin(done, 0, cells, 0, 8, 2, 6, 1000, 0, 1) == -1 - 7
-    assert finish_and_spin(done, 0, cells, 0, 8, 0, 7, 1000, 0, 0) == -1 - 7  # nothing new
-    assert done[0] == 2
+    # a task for 2 helpers takes ranks 0 and 1 at once, after marking the finished chunks
+    assert finish_and_spin(done, 3, cells, 0, 8, 1, 6, 1000, 3) == 7
+    assert done[0] == 3
+    # rank 2 is left out: -1 - (the task's number) at the first look, not after the spin's time
+    start = time.perf_counter()
+    assert finish_and_spin(done, 0, cells, 0, 8, 2, 6, 10**7, 0) == -1 - 7
+    assert time.perf_counter() - start < 0.05  # 10**7 pauses take 0.1-1 s
+    assert finish_and_spin(done, 0, cells, 0, 8, 0, 7, 1000, 0) == -1 - 7  # nothing new: the time is up
+    assert finish_and_spin(done, 0, cells, 0, 8, 0, 6, 0, 0) == 7  # no spin: one look all the same
+    assert done[0] == 3
     with pytest.raises(Exception, match="int64"):
-        add_one(np.zeros(4, np.int32), 0)
+        add(np.zeros(4, np.int32), 0, 1)
+    with pytest.raises(Exception, match="contiguous"):
+        add(np.zeros(8, np.int64)[::2], 0, 1)
 
 
 def test_pause_seconds_is_measured_once_and_plausible():
@@ -61,12 +76,30 @@ def test_every_chunk_runs_once_over_many_quick_calls(monkeypatch, size, spin):
             names.add(threading.current_thread().name)
 
         workers = int(rng.integers(1, size + 3))
-        with team.lock:
-            team.run(task, [(k,) for k in range(n)], workers)
+        _run(team, task, n, workers)
         assert (counts == 1).all(), f"call {call}: {counts}"
         assert len(names) <= max(1, min(workers, n))
         if call % 300 == 299:
             time.sleep(0.003)  # past the idle spin: the helpers sleep, and the next task wakes them
+
+
+@pytest.mark.parametrize("spin", [True, False])
+def test_a_sleeping_helper_is_woken_for_the_next_task(monkeypatch, spin):
+    # the caller's chunk waits for the helper's: the call finishes only if the helper wakes and joins
+    monkeypatch.setattr(_team, "usable_cpus", lambda: 64 if spin else 1)
+    team = _team.Team(1)
+    for _ in range(5):
+        time.sleep(0.01)  # longer than the idle spin: the helper is asleep
+        helper_ran = threading.Event()
+        main = threading.current_thread()
+
+        def task(k):
+            if threading.current_thread() is main:
+                assert helper_ran.wait(10), "the helper never woke"
+            else:
+                helper_ran.set()
+
+        _run(team, task, 2, 2)
 
 
 def test_helpers_take_part_and_the_caller_waits_for_their_chunks():
@@ -79,8 +112,7 @@ def test_helpers_take_part_and_the_caller_waits_for_their_chunks():
 
     for _ in range(20):
         ran.clear()
-        with team.lock:
-            team.run(task, [(k,) for k in range(8)], 2)
+        _run(team, task, 8, 2)
         returned = time.perf_counter()
         assert sorted(k for k, _, _ in ran) == list(range(8))
         assert max(t for _, _, t in ran) <= returned  # every chunk finished before run returned
@@ -99,8 +131,8 @@ def test_the_first_failed_chunk_is_raised_after_all_ran():
             time.sleep(0.001 * (5 - k))  # chunk 5 fails first in time, chunk 2 first in order
             raise ValueError(f"chunk {k}")
 
-    with team.lock, pytest.raises(ValueError, match="chunk 2"):
-        team.run(task, [(k,) for k in range(9)], 3)
+    with pytest.raises(ValueError, match="chunk 2"):
+        _run(team, task, 9, 3)
     assert sorted(ran) == list(range(9))
     ran.clear()
     with pytest.raises(ValueError, match="chunk 2"):  # the same rule on the calling thread alone
@@ -108,33 +140,57 @@ def test_the_first_failed_chunk_is_raised_after_all_ran():
     assert ran == list(range(9))
 
 
+def test_a_helper_chunk_that_raises_anything_is_raised_by_the_caller_and_the_helper_lives_on():
+    team = _team.Team(1)
+    main = threading.current_thread()
+    helper_ran = threading.Event()
+
+    def task(k):
+        if threading.current_thread() is main:
+            assert helper_ran.wait(10)
+        else:
+            helper_ran.set()
+            raise SystemExit("a helper's chunk exited")  # not an Exception: the old helper thread died
+
+    with pytest.raises(SystemExit, match="helper's chunk"):
+        _run(team, task, 2, 2)
+    assert all(thread.is_alive() for thread in team.threads)
+    out = []
+    _run(team, lambda k: out.append(k), 6, 2)
+    assert sorted(out) == list(range(6))
+
+
 def test_an_interrupted_caller_stops_the_helpers_and_waits_for_their_running_chunks():
     team = _team.Team(1)
     caller = threading.current_thread()
     running, finished = [], []
+    helper_started = threading.Event()
 
     def task(k):
-        if threading.current_thread() is caller and k > 0:
+        if threading.current_thread() is caller:
+            assert helper_started.wait(10)
             raise KeyboardInterrupt  # Ctrl-C arrives while the caller works
+        helper_started.set()
         running.append(k)
         time.sleep(0.02)
         finished.append(k)
 
-    with team.lock, pytest.raises(KeyboardInterrupt):
-        team.run(task, [(k,) for k in range(40)], 2)
+    with pytest.raises(KeyboardInterrupt):
+        _run(team, task, 40, 2)
     returned = len(finished)
-    assert sorted(finished) == sorted(running)  # no chunk of a helper was left running
-    assert len(finished) < 40  # the helper took no more chunks once the caller stopped
+    assert returned >= 1 and sorted(finished) == sorted(running)  # no chunk of a helper left running
+    assert returned < 39  # the helper took no more chunks once the caller stopped
     time.sleep(0.05)
     assert len(finished) == returned
     out = []
-    with team.lock:  # the team still works
-        team.run(lambda k: out.append(k), [(k,) for k in range(6)], 2)
+    _run(team, lambda k: out.append(k), 6, 2)  # the team still works
     assert sorted(out) == list(range(6))
 
 
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 def test_ctrl_c_while_the_caller_waits_for_a_helper_is_raised_after_the_helper_is_done():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT is handled on the main thread")
     team = _team.Team(1)
     main = threading.main_thread()
     finished = []
@@ -150,8 +206,8 @@ def test_ctrl_c_while_the_caller_waits_for_a_helper_is_raised_after_the_helper_i
             time.sleep(0.2)
         finished.append(k)
 
-    with team.lock, pytest.raises(KeyboardInterrupt):
-        team.run(task, [(0,), (1,)], 2)
+    with pytest.raises(KeyboardInterrupt):
+        _run(team, task, 2, 2)
     assert helper_started.is_set()
     assert len(finished) == 2  # the helper's chunk finished before the caller raised
 
@@ -159,51 +215,105 @@ def test_ctrl_c_while_the_caller_waits_for_a_helper_is_raised_after_the_helper_i
 @pytest.mark.skipif(_runtime.numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 Numba threads")
 def test_a_busy_team_sends_other_callers_to_their_own_thread():
     names = []
+    release = threading.Event()
     with _runtime.threads(2):
         team = _team.team_for(1)
-        with team.lock:  # another call holds the team: these chunks run here, at once
+        holder = threading.Thread(target=team.try_run, args=(lambda k: release.wait(10), [(0,)], 1))
+        holder.start()  # another call's task holds the team
+        try:
+            for _ in range(500):
+                if team.busy():
+                    break
+                time.sleep(0.01)
+            assert team.busy()
             _runtime.run_rows(
                 lambda a, b: names.append(threading.current_thread().name),
                 800,
                 (),
                 100 * _runtime.SERIAL_WORK,
             )
+        finally:
+            release.set()
+            holder.join(10)
     assert len(names) == 2 * _runtime.CHUNKS_PER_THREAD
     assert set(names) == {threading.current_thread().name}
 
 
-def test_teams_are_per_process_and_per_size():
+def test_a_nested_call_on_a_helper_runs_there_and_starts_no_team(monkeypatch):
+    # a helper's Numba thread count is the process default: a nested call must not use it for a team
+    team = _team.Team(1)
+    monkeypatch.setattr(_runtime.numba, "get_num_threads", lambda: 9)
+    teams_before = set(_team._teams)
+    inner = []
+    main = threading.current_thread()
+    helper_ran = threading.Event()
+
+    def task(k):
+        if threading.current_thread() is main:
+            assert helper_ran.wait(10)
+            return
+        helper_ran.set()
+        _runtime.run_rows(
+            lambda a, b: inner.append(threading.current_thread().name), 800, (), 100 * _runtime.SERIAL_WORK
+        )
+
+    _run(team, task, 2, 2)
+    assert inner and set(inner) == {team.threads[0].name}
+    assert set(_team._teams) == teams_before
+
+
+def test_teams_are_per_size_and_their_threads_are_named_so():
     a = _team.team_for(2)
     assert _team.team_for(2) is a and _team.team_for(3) is not a
-    assert (os.getpid(), 2) in _team._teams
+    assert [t.name for t in a.threads] == ["gatfast-team2-0", "gatfast-team2-1"]
 
 
-def test_the_team_keeps_no_task_alive_after_the_call():
-    import gc
-    import weakref
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_a_team_is_being_made_gets_teams_of_its_own():
+    _team.team_for(1)
+    with _team._lock:  # another thread is making a team when the process forks
+        pid = os.fork()
+        if pid == 0:  # the child: a new lock, no teams, and a team of its own that works
+            code = 1
+            try:
+                if not _team._lock.locked() and not _team._teams:
+                    out = []
+                    if _team.team_for(1).try_run(lambda k: out.append(k), [(k,) for k in range(4)], 2):
+                        code = 0 if sorted(out) == list(range(4)) else 3
+            finally:
+                os._exit(code)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the forked child hung")
 
+
+def _holding(arr):
+    return lambda k: arr.__setitem__(k, 2.0)  # the closure holds the array, as a kernel's arguments would
+
+
+@pytest.mark.parametrize("workers", [2, 1])  # 1: the helper is left out, and sleeps
+def test_the_team_keeps_no_task_alive_after_the_call(spinning, workers):
     team = _team.Team(1)
     big = np.ones(1000)
     ref = weakref.ref(big)
-
-    def holding(arr):
-        return lambda k: arr.__setitem__(k, 2.0)  # the closure holds the array, as a kernel's arguments would
-
-    task = holding(big)
-    with team.lock:
-        team.run(task, [(k,) for k in range(8)], 2)
+    task = _holding(big)
+    _run(team, task, 8, workers)
     del task, big
     time.sleep(0.01)  # the helper has returned to its spin or its sleep
     gc.collect()
     assert ref() is None
 
 
-def test_helpers_left_out_of_a_task_sleep_and_a_bigger_task_wakes_them(monkeypatch):
-    monkeypatch.setattr(_team, "usable_cpus", lambda: 64)  # a team that spins, whatever this machine has
+def test_helpers_left_out_of_a_task_sleep_and_a_bigger_task_wakes_them(spinning):
     team = _team.Team(3)
     for _ in range(5):  # tasks for one helper: helpers 1 and 2 are left out
-        with team.lock:
-            team.run(lambda k: None, [(k,) for k in range(4)], 2)
+        _run(team, lambda k: None, 4, 2)
     for _ in range(200):
         if team._asleep[1] and team._asleep[2]:
             break
@@ -216,8 +326,7 @@ def test_helpers_left_out_of_a_task_sleep_and_a_bigger_task_wakes_them(monkeypat
             time.sleep(0.005)
             names.add(threading.current_thread().name)
 
-        with team.lock:
-            team.run(task, [(k,) for k in range(16)], 4)
+        _run(team, task, 16, 4)
         if len(names) == 4:
             return
     pytest.fail(f"the sleeping helpers never took part: {names}")
@@ -228,29 +337,20 @@ def _thread_cpu_ticks(thread):
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads /proc")
+@needs_proc
 @pytest.mark.parametrize(
     "short_task", [1.0, 0.0]
 )  # 0: every task counts as long, and no helper spins after it
-def test_helpers_take_later_tasks_and_use_no_cpu_when_idle(monkeypatch, short_task):
-    monkeypatch.setattr(_team, "usable_cpus", lambda: 64)
+def test_helpers_take_later_tasks_and_use_no_cpu_when_idle(spinning, monkeypatch, short_task):
     monkeypatch.setattr(_team, "SHORT_TASK_SECONDS", short_task)
     team = _team.Team(1)
-    helper = next(
-        t
-        for t in threading.enumerate()
-        if t.name == "gatfast-0" and t.native_id is not None and t._target.__self__ is team
-    )
     names = []
     for _ in range(30):
-        with team.lock:
-            team.run(
-                lambda k: (time.sleep(0.002), names.append(threading.current_thread().name)),
-                [(k,) for k in range(6)],
-                2,
-            )
-    assert names.count("gatfast-0") >= 30  # the helper took part in the calls, not only in the first
+        _run(team, lambda k: (time.sleep(0.002), names.append(threading.current_thread().name)), 6, 2)
+    assert names.count(team.threads[0].name) >= 30  # the helper took part in the calls, not only the first
     time.sleep(0.05)  # past its idle spin
-    before = _thread_cpu_ticks(helper)
+    before = _thread_cpu_ticks(team.threads[0])
     time.sleep(0.5)
-    assert _thread_cpu_ticks(helper) - before <= 5  # asleep, not spinning (100 ticks a second at most)
+    assert (
+        _thread_cpu_ticks(team.threads[0]) - before <= 5
+    )  # asleep, not spinning (100 ticks a second at most)

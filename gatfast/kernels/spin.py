@@ -14,14 +14,12 @@ Every function here returns after a bounded number of iterations, so a
 caller in Python gets control back (and sees Ctrl-C) within its wait time.
 """
 
-import platform
-
-from llvmlite import ir
+from llvmlite import binding, ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_ARCH = platform.machine().lower()
+_ARCH = binding.get_process_triple().split("-")[0]  # what LLVM compiles for, not the kernel's machine
 
 
 def _cell_pointer(context, builder, signature, args):
@@ -31,8 +29,11 @@ def _cell_pointer(context, builder, signature, args):
 
 
 def _check_cells(arr):
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.ndim == 1):
-        raise TypeError("spin cells must be a 1-D int64 array")
+    # the cell's address is data + index * 8, with no bounds check: the callers own their small arrays
+    if not (
+        isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.ndim == 1 and arr.layout == "C"
+    ):
+        raise TypeError("spin cells must be a contiguous 1-D int64 array")
 
 
 @intrinsic
@@ -49,15 +50,16 @@ def load_acquire(typingctx, cells, index):
 
 
 @intrinsic
-def fetch_add(typingctx, cells, index):
-    """Add one to ``cells[index]`` atomically (sequentially consistent); returns the old value."""
+def fetch_add(typingctx, cells, index, amount):
+    """Add ``amount`` to ``cells[index]`` atomically (sequentially consistent); returns the old value."""
     _check_cells(cells)
 
     def codegen(context, builder, signature, args):
         ptr = _cell_pointer(context, builder, signature, args)
-        return builder.atomic_rmw("add", ptr, ir.Constant(ir.IntType(64), 1), "seq_cst")
+        amount = context.cast(builder, args[2], signature.args[2], types.int64)
+        return builder.atomic_rmw("add", ptr, amount, "seq_cst")
 
-    return types.int64(cells, index), codegen
+    return types.int64(cells, index, amount), codegen
 
 
 @intrinsic
@@ -66,9 +68,9 @@ def cpu_pause(typingctx):
 
     def codegen(context, builder, signature, args):
         void = ir.FunctionType(ir.VoidType(), [])
-        if _ARCH in ("x86_64", "amd64", "i386", "i686"):
+        if _ARCH in ("x86_64", "i386", "i486", "i586", "i686"):
             builder.call(cgutils.get_or_insert_function(builder.module, void, "llvm.x86.sse2.pause"), [])
-        elif _ARCH in ("aarch64", "arm64"):
+        elif _ARCH in ("aarch64", "arm64"):  # YIELD: a hint some cores ignore, never wrong
             hint = ir.FunctionType(ir.VoidType(), [ir.IntType(32)])
             fn = cgutils.get_or_insert_function(builder.module, hint, "llvm.aarch64.hint")
             builder.call(fn, [ir.Constant(ir.IntType(32), 1)])  # 1: YIELD
@@ -99,9 +101,9 @@ def publish(cells, seq_at, seq, slots_at, slots):
 
 
 @njit(nogil=True, cache=True)
-def add_one(cells, index):
-    """Add one to ``cells[index]`` atomically, without the GIL."""
-    fetch_add(cells, index)
+def add(cells, index, amount):
+    """Add ``amount`` to ``cells[index]`` atomically, without the GIL."""
+    fetch_add(cells, index, amount)
 
 
 @njit(nogil=True, cache=True)
@@ -116,33 +118,30 @@ def spin_at_least(cells, index, target, iterations):
 
 
 @njit(nogil=True, cache=True)
-def finish_and_spin(done, finished, cells, seq_at, slots_at, rank, old, iterations, delay, left_out_spins):
-    """A helper's wait between tasks: mark a finished chunk, then wait for a task that has a place for it.
+def finish_and_spin(done, finished, cells, seq_at, slots_at, rank, old, iterations, delay):
+    """A helper's wait between tasks: mark its finished chunks, then wait for a task that has a place for it.
 
-    Adds ``finished`` (0 or 1) to ``done[0]``; then waits, at most
-    ``iterations`` pauses (one look with none), for the sequence number ``cells[seq_at]`` to move
-    past ``old`` with ``rank < cells[slots_at]`` (a task that takes this
-    helper). Returns the new sequence number, or ``-1 - last`` when the time
-    is up or, unless ``left_out_spins``, at the first task that does not take
-    it, ``last`` the newest number seen. After seeing a task for it, it
-    pauses ``delay`` more times: the caller that posted it still holds the
-    GIL for a few microseconds, and a helper that asks for it then sleeps on
-    it (and pays the very wake-up this avoids). Marking the chunk here, not
-    before the call, keeps the helper from holding the GIL just as the
-    caller, which waits for that mark, wants it back.
+    Adds ``finished`` to ``done[0]``; then waits, at most ``iterations``
+    pauses (one look with none), for the sequence number ``cells[seq_at]``
+    to move past ``old`` with ``rank < cells[slots_at]`` (a task that takes
+    this helper). Returns the new sequence number, or ``-1 - last`` when the
+    time is up or at the first task that leaves this helper out, ``last``
+    the newest number seen. After seeing a task for it, it pauses ``delay``
+    more times: the caller that posted it still holds the GIL for a few
+    microseconds, and a helper that asks for it then sleeps on it (and pays
+    the very wake-up this avoids). Marking the chunks here, not before the
+    call, keeps the helper from holding the GIL just as the caller, which
+    waits for that mark, wants it back.
     """
     if finished:
-        fetch_add(done, 0)
-    seen = old
-    for _ in range(max(iterations, 1)):  # one look at least, also without spinning
+        fetch_add(done, 0, finished)
+    for _ in range(max(iterations, 1)):
         value = load_acquire(cells, seq_at)
-        if value != seen:
-            if rank < load_acquire(cells, slots_at):
-                for _ in range(delay):
-                    cpu_pause()
-                return value
-            seen = value
-            if not left_out_spins:
-                break
+        if value != old:
+            if rank >= load_acquire(cells, slots_at):
+                return -1 - value
+            for _ in range(delay):
+                cpu_pause()
+            return value
         cpu_pause()
-    return -1 - seen
+    return -1 - old
