@@ -4,13 +4,14 @@ A pool of sleeping threads (``concurrent.futures``) made every parallel
 pass pay two wake-ups: the helper's, 25-60 us after the task was posted on
 a 2-vCPU virtual machine (a futex wake, then the vCPU's own), and the
 caller's, when it slept on the helper's last chunk. On ``small-batch``
-(five passes of 0.3-1 ms each per step) those came to 40-50 us at the start
-of each pass and 35 us at its end. This team's helpers wait for the next
+(five passes of 0.3-1 ms each per step, 2 threads, 2-vCPU AMD EPYC) the
+helper started 40-48 us after the pass was posted and the caller returned
+36-38 us after the helper's last chunk (medians). This team's helpers wait for the next
 task spinning (:data:`IDLE_SPIN_SECONDS`, then they sleep; only after short
 tasks, :data:`SHORT_TASK_SECONDS`) and the caller spins for their last
 chunks (:data:`WAIT_SPIN_SECONDS`), both in nogil code (``kernels/spin.py``):
-there a helper started 15 us after the task was posted and the caller
-returned 12 us after the last chunk (medians).
+15 us and 12-13 us there (19-22 us and 6-11 us in a slower phase of that
+machine, in which the pool's helper started 76 us after the post).
 
 Spinning costs a core, so a team spins only when it and the caller fit in
 the CPUs this process may use; otherwise its helpers sleep between tasks
@@ -59,13 +60,13 @@ WAIT_SPIN_SECONDS = 2e-4
 
 #: How long a helper that saw a task waits before it asks for the GIL: the
 #: caller holds it for 2-5 us after posting (until its own chunk's kernel
-#: starts). Asked sooner, the helper slept on the GIL and started 25 us after
-#: the post instead of 9 (median, ``small-batch``, 2-vCPU AMD EPYC). All
-#: helpers wait as long: waits staggered by rank (helper ``r`` waiting ``r +
-#: 1`` times as long, so that they ask for the GIL one after another) gave
-#: 0.92x the old pool's time on ``small-batch`` at 16 threads where equal
-#: waits gave 0.86x, and 0.87x / 0.88x at 4 (16-core Intel Xeon, one
-#: process, six rounds of each alternating).
+#: starts). Asked at once, the helper slept on the GIL and held it 23 us after
+#: seeing the task, 27 us after the post; with this wait, 6 and 9 us (medians,
+#: ``small-batch``, 2-vCPU AMD EPYC). All helpers wait as long: equal waits
+#: gave 0.86x the old pool's time on ``small-batch`` at 16 threads, waits
+#: staggered by rank (helper ``r`` waiting ``r + 1`` times as long, so that
+#: they ask for the GIL one after another) 0.92x, and 0.88x / 0.87x at 4
+#: (16-core Intel Xeon, one process, six rounds of each alternating).
 GIL_DELAY_SECONDS = 5e-6
 
 _SEQ, _SLOTS = 0, 8  # cells on separate cache lines: the task's number, the helpers it takes
@@ -81,6 +82,7 @@ def _forget_teams():
     global _lock
     _lock = threading.Lock()
     _teams.clear()
+    _helper.team = None  # a child forked from a helper is not one
 
 
 os.register_at_fork(after_in_child=_forget_teams)
@@ -136,7 +138,7 @@ def run_here(task, chunks):
 class _Job:
     """One call's chunks; the helpers that join it count their chunks in ``done``."""
 
-    __slots__ = ("chunks", "done", "errors", "seq", "started", "stop", "task", "ticket")
+    __slots__ = ("chunks", "done", "errors", "seq", "started", "stop", "task", "ticket", "wait_over")
 
     def __init__(self, task, chunks, seq):
         self.task = task
@@ -147,6 +149,7 @@ class _Job:
         self.errors = []  # (chunk, exception)
         self.stop = False  # the caller was interrupted: helpers take no more chunks
         self.done = np.zeros(1, np.int64)  # chunks the helpers finished (atomic adds, kernels/spin.py)
+        self.wait_over = False  # the caller saw every chunk the helpers took done
 
 
 class Team:
@@ -203,11 +206,12 @@ class Team:
     def _run(self, task, chunks, workers):
         n = len(chunks)
         own = 0
+        clean = False  # the caller's loop ended normally: it took exactly `own` tickets
         self._seq += 1
         job = _Job(task, chunks, self._seq)
         try:
             self._job = job
-            slots = min(workers, self.size + 1, n) - 1
+            slots = max(0, min(workers, self.size + 1, n) - 1)
             publish(self._cells, _SEQ, job.seq, _SLOTS, slots)
             if True in self._asleep[:slots]:
                 with self._wake_lock:
@@ -222,39 +226,52 @@ class Team:
                     task(*chunks[k])
                 except Exception as exc:  # noqa: BLE001 - raised once all chunks ran
                     job.errors.append((k, exc))
-        except BaseException:
-            job.stop = True  # before counting the helpers' chunks: a later one sees it and runs nothing
-            raise
+            clean = True
         finally:
             self._job = None  # the task's arrays are not kept alive by the team
-            # interrupted, the caller may not know which tickets it took: count the helpers' own
-            self._wait(job, (lambda: len(job.started)) if job.stop else (lambda: n - own))
+            if not clean:  # interrupted: the helpers take no more chunks, and those they took are waited for
+                job.stop = True
+            while True:  # an interrupt inside the wait is raised after it (see _wait)
+                try:
+                    self._wait(job, (lambda: n - own) if clean else (lambda: len(job.started)))
+                    break
+                except BaseException:
+                    if job.wait_over:
+                        raise
+                    job.stop = True
         if job.errors:
-            raise min(job.errors, key=lambda item: item[0])[1]
+            error = min(job.errors, key=lambda item: item[0])[1]
+            job.errors.clear()  # no cycle through the traceback's frames keeps the task alive
+            raise error
 
     def _wait(self, job, target):
-        """Wait until the helpers' finished chunks reach ``target()``; not cut short by Ctrl-C."""
+        """Wait until the helpers' finished chunks reach ``target()``; an interrupt is raised after it.
+
+        ``done`` is read before ``target()``: after an interrupt the target
+        (the chunks the helpers took) can still grow, and a helper adds its
+        chunks to ``done`` only once it has run them all, so the wait ends only
+        when no helper holds a chunk it may still be running.
+        """
         interrupted = None
-        pause = 2e-5
+        spins, pause = self._wait_spins, 2e-5
         while True:
             try:
-                want = target()
-                if spin_at_least(job.done, 0, want, self._wait_spins) >= want:
+                if spin_at_least(job.done, 0, target(), spins) >= target():
                     break
+                spins = 0  # spun once; from here on, short sleeps growing to 2 ms
                 with self._finished:
                     self._caller_sleeps = True
                     try:
-                        # short sleeps first: a helper that saw the flag unset before the caller set it
-                        # marks its last chunk without waking the caller
-                        while spin_at_least(job.done, 0, want, 0) < want:
-                            self._finished.wait(pause)
-                            pause = min(2 * pause, 2e-3)
+                        # short at first: a helper that saw the flag unset before the caller set it
+                        # marks its chunks without waking the caller
+                        self._finished.wait(pause)
                     finally:
                         self._caller_sleeps = False
-                break
+                pause = min(2 * pause, 2e-3)
             except BaseException as exc:  # noqa: BLE001 - the helpers write the caller's arrays: wait for them
                 job.stop = True
                 interrupted = interrupted or exc
+        job.wait_over = True
         if interrupted is not None:
             raise interrupted
 

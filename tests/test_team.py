@@ -187,6 +187,36 @@ def test_an_interrupted_caller_stops_the_helpers_and_waits_for_their_running_chu
     assert sorted(out) == list(range(6))
 
 
+def test_an_interrupted_caller_waits_for_a_slow_helper_while_a_fast_one_takes_every_ticket_left():
+    # helper A runs a long chunk; helper B finishes quickly and then takes (and skips) every chunk left,
+    # so the helpers' finished count passes what the caller first counted while A still runs
+    team = _team.Team(2)
+    caller = threading.current_thread()
+    running, finished, names = [], [], set()
+    both_started = threading.Barrier(3, timeout=10)
+
+    def task(k):
+        me = threading.current_thread()
+        if me is caller:
+            both_started.wait()
+            raise KeyboardInterrupt
+        if me.name not in names:
+            slow = not names  # the first helper here runs the long chunk
+            names.add(me.name)
+            running.append(k)
+            both_started.wait()
+            time.sleep(0.3 if slow else 0.001)
+            finished.append(k)
+
+    for _ in range(5):
+        running.clear(), finished.clear(), names.clear()
+        both_started.reset()
+        with pytest.raises(KeyboardInterrupt):
+            _run(team, task, 60, 3)
+        assert len(running) == 2
+        assert sorted(finished) == sorted(running)  # neither helper's chunk was still running
+
+
 @pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs pthread_kill")
 def test_ctrl_c_while_the_caller_waits_for_a_helper_is_raised_after_the_helper_is_done():
     if threading.current_thread() is not threading.main_thread():
