@@ -8,8 +8,9 @@ What gatfast changes in the process, and when (nothing happens at import):
 * Kernels run on the calling thread when the work is too small to be worth
   waking threads (:data:`PARALLEL_WORK`), else over chunks of rows on a team
   of helper threads that spin briefly between tasks (:func:`run_rows`,
-  ``_team.py``; the kernels release the GIL). No OpenMP runtime is started, so a forked child computes like its
-  parent and BLAS threads are never starved by spinning OpenMP workers.
+  ``_team.py``; the kernels release the GIL). No OpenMP runtime is
+  started, so a forked child computes like its parent and BLAS threads are
+  never starved by spinning OpenMP workers.
 * BLAS is held at one thread (through threadpoolctl's controllers) while a
   layer's forward or backward pass runs its dense products, as one call or
   in row chunks on that same team; the previous counts are restored.
