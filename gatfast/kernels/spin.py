@@ -28,6 +28,12 @@ def _cell_pointer(context, builder, signature, args):
     return builder.gep(ary.data, [index])
 
 
+def _cell_and_value(context, builder, signature, args):
+    """The pointer to ``cells[index]`` and the third argument as an int64 (stores and adds)."""
+    value = context.cast(builder, args[2], signature.args[2], types.int64)
+    return _cell_pointer(context, builder, signature, args), value
+
+
 def _check_cells(arr):
     # the cell's address is data + index * 8, with no bounds check: the callers own their small arrays
     if not (
@@ -55,8 +61,7 @@ def fetch_add(typingctx, cells, index, amount):
     _check_cells(cells)
 
     def codegen(context, builder, signature, args):
-        ptr = _cell_pointer(context, builder, signature, args)
-        amount = context.cast(builder, args[2], signature.args[2], types.int64)
+        ptr, amount = _cell_and_value(context, builder, signature, args)
         return builder.atomic_rmw("add", ptr, amount, "seq_cst")
 
     return types.int64(cells, index, amount), codegen
@@ -85,8 +90,7 @@ def store_release(typingctx, cells, index, value):
     _check_cells(cells)
 
     def codegen(context, builder, signature, args):
-        ptr = _cell_pointer(context, builder, signature, args)
-        value = context.cast(builder, args[2], signature.args[2], types.int64)
+        ptr, value = _cell_and_value(context, builder, signature, args)
         builder.store_atomic(value, ptr, ordering="release", align=8)
         return context.get_dummy_value()
 
