@@ -7,7 +7,7 @@ import pytest
 from numba import njit
 
 from gatfast.kernels import gemm, readonly
-from gatfast.kernels.gemm import fma, matmul_rows
+from gatfast.kernels.gemm import fma, matmul_pair_rows, matmul_rows
 from gatfast.layers.dense import dense_backward, dense_projections, tiled
 
 
@@ -143,7 +143,8 @@ def test_vector_width_follows_the_cpu_numba_compiles_for(monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
     """Each tile width called directly (the 4-vector tile too, which matmul_rows leaves out on AVX2), into
-    a column slice of a wider array, whose other columns must keep their sentinel."""
+    a column slice of a wider array, whose other columns must keep their sentinel; and split at every vector
+    boundary between two outputs (``matmul_pair_rows``), each vector reading its own weights and bias."""
     from numba import njit
 
     tiles = {4: gemm._tile4, 2: gemm._tile2, 1: gemm._tile1}
@@ -156,21 +157,67 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
         width = vectors * lanes
 
         @njit
-        def one_tile(a, b, c, bias, i0, rows, accumulate):
-            tile(a, b, c, bias, i0, rows, 0, accumulate, bias.size > 0)
+        def one_tile(a, b, c, bias, b2, c2, bias2, split, i0, rows, accumulate):
+            tile(a, b, c, bias, b2, c2, bias2, split, i0, rows, 0, accumulate, bias.size + bias2.size > 0)
 
         b = rng.standard_normal((depth, width)).astype(dtype)
         bias = rng.standard_normal(width).astype(dtype)
-        for rows in (1, 3, 4):  # a short tile computes its last row again and stores only its own rows
-            for accumulate in (False, True):
-                wide = np.full((n, width + 3), 7.0, dtype)
-                c = wide[:, :width]
-                start = rng.standard_normal((rows, width)).astype(dtype)
-                c[1 : 1 + rows] = start
-                want = in_order(a[1 : 1 + rows], b, bias, start, accumulate)
-                one_tile(readonly(a), readonly(b), c, readonly(bias), 1, rows, accumulate)
-                assert c[1 : 1 + rows].tobytes() == want.tobytes(), (vectors, rows, accumulate)
-                assert (wide[:, width:] == 7).all() and (wide[0] == 7).all() and (wide[1 + rows :] == 7).all()
+        for split in range(0, width + 1, lanes):  # width: no second output
+            for rows in (1, 3, 4):  # a short tile computes its last row again and stores only its own rows
+                for accumulate in (False, True):
+                    outputs = [
+                        np.full((n, split + 3), 7.0, dtype),
+                        np.full((n, width - split + 3), 7.0, dtype),
+                    ]
+                    parts = [outputs[0][:, :split], outputs[1][:, : width - split]]
+                    start = rng.standard_normal((rows, width)).astype(dtype)
+                    parts[0][1 : 1 + rows] = start[:, :split]
+                    parts[1][1 : 1 + rows] = start[:, split:]
+                    want = in_order(a[1 : 1 + rows], b, bias, start, accumulate)
+                    weights = [np.ascontiguousarray(b[:, :split]), np.ascontiguousarray(b[:, split:])]
+                    biases = [bias[:split].copy(), bias[split:].copy()]
+                    one_tile(
+                        readonly(a), readonly(weights[0]), parts[0], readonly(biases[0]),
+                        readonly(weights[1]), parts[1], readonly(biases[1]), split, 1, rows, accumulate,
+                    )  # fmt: skip
+                    got = np.concatenate([parts[0][1 : 1 + rows], parts[1][1 : 1 + rows]], axis=1)
+                    assert got.tobytes() == want.tobytes(), (vectors, split, rows, accumulate)
+                    for out, part in zip(outputs, parts):
+                        cols = part.shape[1]
+                        assert (
+                            (out[:, cols:] == 7).all()
+                            and (out[0] == 7).all()
+                            and (out[1 + rows :] == 7).all()
+                        )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "widths", [(1, 1), (7, 9), (8, 8), (16, 16), (16, 17), (17, 16), (32, 32), (33, 7), (64, 64)]
+)
+def test_matmul_pair_rows_is_two_matmuls_bit_for_bit(dtype, widths):
+    """Both projections in one pass: each output the bits of :func:`matmul_rows` (the documented order),
+    whether the first output's width is whole vectors (one pass over both) or not (one after the other),
+    with both biases, none, or one only; rows outside ``[r0, r1)`` untouched."""
+    w1, w2 = widths
+    rng = np.random.default_rng(w1 * 100 + w2)
+    n, depth = 23, 17
+    a = rng.standard_normal((n, depth)).astype(dtype)
+    a[::3] *= 1e3
+    b1, b2 = (rng.standard_normal((depth, w)).astype(dtype) for w in widths)
+    none = np.zeros(0, dtype)
+    for bias1, bias2 in [
+        (rng.standard_normal(w1).astype(dtype), rng.standard_normal(w2).astype(dtype)),
+        (none, none),
+        (rng.standard_normal(w1).astype(dtype), none),
+    ]:
+        c1, c2 = np.full((n, w1), 7.0, dtype), np.full((n, w2), 7.0, dtype)
+        matmul_pair_rows(
+            2, 21, readonly(a), readonly(b1), readonly(bias1), c1, readonly(b2), readonly(bias2), c2
+        )
+        for c, b, bias in ((c1, b1, bias1), (c2, b2, bias2)):
+            assert c[2:21].tobytes() == in_order(a[2:21], b, bias, None, False).tobytes()
+            assert (c[:2] == 7).all() and (c[21:] == 7).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -349,8 +349,9 @@ def test_finite_differences_through_the_dense_tile(monkeypatch, in_features):
     import gatfast.layers.dense as dense
 
     calls = []
-    tile, grads_kernel = dense.matmul_rows, dense.dense_grad_chunks
+    tile, pair, grads_kernel = dense.matmul_rows, dense.matmul_pair_rows, dense.dense_grad_chunks
     monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append("projections") or tile(*a))
+    monkeypatch.setattr(dense, "matmul_pair_rows", lambda *a: calls.append("projections") or pair(*a))
     monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append("backward") or grads_kernel(*a))
     rng = np.random.default_rng(in_features)
     graph = naive.mixed_graph(rng, n=130, hub_degree=6)  # past dense.SMALL_PRODUCT and TILED_BACKWARD_ROWS

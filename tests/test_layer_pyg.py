@@ -141,8 +141,9 @@ def test_dense_tile_path_matches_pyg(monkeypatch, in_features, share_weights):
     import gatfast.layers.dense as dense
 
     calls = []
-    tile, grads_kernel = dense.matmul_rows, dense.dense_grad_chunks
+    tile, pair, grads_kernel = dense.matmul_rows, dense.matmul_pair_rows, dense.dense_grad_chunks
     monkeypatch.setattr(dense, "matmul_rows", lambda *a: calls.append("projections") or tile(*a))
+    monkeypatch.setattr(dense, "matmul_pair_rows", lambda *a: calls.append("projections") or pair(*a))
     monkeypatch.setattr(dense, "dense_grad_chunks", lambda *a: calls.append("backward") or grads_kernel(*a))
     rng = np.random.default_rng(in_features)
     graph = naive.mixed_graph(rng, n=160, hub_degree=9)  # past SMALL_PRODUCT at every width, and 128 rows

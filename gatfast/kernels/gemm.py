@@ -63,86 +63,104 @@ def _lanes(dtype):
 def _make_tile(vectors):
     """The intrinsic that computes a tile of ``TILE_ROWS`` rows by ``vectors`` vectors of columns."""
 
-    def tile(typingctx, a, b, c, bias, i0, rows, j0, accumulate, use_bias):
-        return _tile_typer(vectors, typingctx, a, b, c, bias, i0, rows, j0, accumulate, use_bias)
+    def tile(typingctx, a, b, c, bias, b2, c2, bias2, split, i0, rows, j0, accumulate, use_bias):
+        return _tile_typer(
+            vectors, typingctx, a, b, c, bias, b2, c2, bias2, split, i0, rows, j0, accumulate, use_bias
+        )
 
     tile.__name__ = tile.__qualname__ = f"_tile{vectors}"
     return intrinsic(tile)
 
 
-def _tile_typer(vectors, typingctx, a, b, c, bias, i0, rows, j0, accumulate, use_bias):
+def _tile_typer(vectors, typingctx, a, b, c, bias, b2, c2, bias2, split, i0, rows, j0, accumulate, use_bias):
     """``c[i0:i0+rows, j0:j0+W]`` of :func:`matmul_rows`, ``W = vectors`` vectors, ``rows <= TILE_ROWS``.
 
-    The rows past ``rows`` are computed from the last valid row and never stored.
+    The columns are those of ``[b | b2]`` (and ``[bias | bias2]``): a vector
+    starting at column ``split`` or later reads ``b2`` and writes ``c2`` at
+    its column minus ``split`` (:func:`matmul_pair_rows`); with ``split`` past
+    the last column every vector is ``b``'s. A vector never straddles
+    ``split`` (the callers' guarantee). The rows past ``rows`` are computed
+    from the last valid row and never stored.
     """
-    if not all(isinstance(t, types.Array) and t.ndim == n for t, n in ((a, 2), (b, 2), (c, 2), (bias, 1))):
+    shapes = ((a, 2), (b, 2), (c, 2), (bias, 1), (b2, 2), (c2, 2), (bias2, 1))
+    if not all(isinstance(t, types.Array) and t.ndim == n for t, n in shapes):
         return None
-    if not (a.dtype == b.dtype == c.dtype == bias.dtype and isinstance(a.dtype, types.Float)):
+    if not (
+        a.dtype == b.dtype == c.dtype == bias.dtype == b2.dtype == c2.dtype == bias2.dtype
+    ) or not isinstance(a.dtype, types.Float):
         return None
-    sig = types.void(a, b, c, bias, types.intp, types.intp, types.intp, types.boolean, types.boolean)
+    index = types.intp
+    sig = types.void(a, b, c, bias, b2, c2, bias2, index, index, index, index, types.boolean, types.boolean)
     lanes = _lanes(a.dtype)
 
     def codegen(context, builder, signature, args):
-        arr_a, arr_b, arr_c, arr_bias = (
-            context.make_array(t)(context, builder, v) for t, v in zip(signature.args[:4], args[:4])
+        arr_a, arr_b, arr_c, arr_bias, arr_b2, arr_c2, arr_bias2 = (
+            context.make_array(t)(context, builder, v) for t, v in zip(signature.args[:7], args[:7])
         )
-        i0, rows, j0, accumulate, use_bias = args[4:]
+        split, i0, rows, j0, accumulate, use_bias = args[7:]
         intp = context.get_value_type(types.intp)
         fty = context.get_value_type(signature.args[0].dtype)
         vty = ir.VectorType(fty, lanes)
         i8p = ir.IntType(8).as_pointer()
         itemsize = ir.Constant(intp, signature.args[0].dtype.bitwidth // 8)
-        vbytes = ir.Constant(intp, VECTOR_BYTES)
 
         def const(v):
             return ir.Constant(intp, v)
 
-        def address(arr, offset):
-            return builder.gep(builder.bitcast(arr.data, i8p), [offset])
+        def bytes_of(arr):
+            return builder.bitcast(arr.data, i8p)
 
-        def load_vec(arr, offset):
-            return builder.load(builder.bitcast(address(arr, offset), vty.as_pointer()), align=1)
+        def load_vec(base, offset):
+            return builder.load(builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()), align=1)
 
-        def store_vec(arr, offset, value):
-            builder.store(value, builder.bitcast(address(arr, offset), vty.as_pointer()), align=1)
+        def store_vec(base, offset, value):
+            builder.store(value, builder.bitcast(builder.gep(base, [offset]), vty.as_pointer()), align=1)
 
+        # each vector's arrays (b, c, bias or the second ones) and column in them, chosen once per tile
+        columns = []
+        for v in range(vectors):
+            column = builder.add(j0, const(v * lanes))
+            second = builder.icmp_signed(">=", column, split)
+
+            def pick(first_value, second_value, second=second):
+                return builder.select(second, second_value, first_value)
+
+            col_bytes = builder.mul(pick(column, builder.sub(column, split)), itemsize)
+            columns.append(
+                {
+                    "b": builder.gep(pick(bytes_of(arr_b), bytes_of(arr_b2)), [col_bytes]),
+                    "b_row": pick(*(builder.extract_value(arr.strides, 0) for arr in (arr_b, arr_b2))),
+                    "c": builder.gep(pick(bytes_of(arr_c), bytes_of(arr_c2)), [col_bytes]),
+                    "c_row": pick(*(builder.extract_value(arr.strides, 0) for arr in (arr_c, arr_c2))),
+                    "bias": builder.gep(pick(bytes_of(arr_bias), bytes_of(arr_bias2)), [col_bytes]),
+                }
+            )
+        a_base = bytes_of(arr_a)
         a_row, a_col = (builder.extract_value(arr_a.strides, d) for d in (0, 1))
-        b_row = builder.extract_value(arr_b.strides, 0)
-        c_row = builder.extract_value(arr_c.strides, 0)
         depth = builder.extract_value(arr_a.shape, 1)
-        col_bytes = builder.mul(j0, itemsize)
         last = builder.add(i0, builder.sub(rows, const(1)))
         row_ids = [
             builder.select(builder.icmp_signed("<", const(r), rows), builder.add(i0, const(r)), last)
             for r in range(TILE_ROWS)
         ]
         a_rows = [builder.mul(i, a_row) for i in row_ids]
-        c_offsets = [
-            [
-                builder.add(builder.add(builder.mul(i, c_row), col_bytes), const(v * VECTOR_BYTES))
-                for v in range(vectors)
-            ]
-            for i in row_ids
-        ]
+        c_offsets = [[builder.mul(i, col["c_row"]) for col in columns] for i in row_ids]
         zero = ir.Constant(vty, None)
         accs = []
         for r in range(TILE_ROWS):
             row = []
             for v in range(vectors):
-                start = builder.select(accumulate, load_vec(arr_c, c_offsets[r][v]), zero)
+                start = builder.select(accumulate, load_vec(columns[v]["c"], c_offsets[r][v]), zero)
                 row.append(cgutils.alloca_once_value(builder, start))
             accs.append(row)
         splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         with cgutils.for_range(builder, depth) as loop:
             k = loop.index
-            b_base = builder.add(builder.mul(k, b_row), col_bytes)
-            b_vecs = [
-                load_vec(arr_b, builder.add(b_base, builder.mul(vbytes, const(v)))) for v in range(vectors)
-            ]
+            b_vecs = [load_vec(col["b"], builder.mul(k, col["b_row"])) for col in columns]
             a_k = builder.mul(k, a_col)
             for r in range(TILE_ROWS):
                 scalar = builder.load(
-                    builder.bitcast(address(arr_a, builder.add(a_rows[r], a_k)), fty.as_pointer())
+                    builder.bitcast(builder.gep(a_base, [builder.add(a_rows[r], a_k)]), fty.as_pointer())
                 )
                 one = builder.insert_element(
                     ir.Constant(vty, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0)
@@ -155,9 +173,9 @@ def _tile_typer(vectors, typingctx, a, b, c, bias, i0, rows, j0, accumulate, use
                 for v in range(vectors):
                     total = builder.load(accs[r][v])
                     with builder.if_then(use_bias):
-                        bias_v = load_vec(arr_bias, builder.add(col_bytes, const(v * VECTOR_BYTES)))
+                        bias_v = load_vec(columns[v]["bias"], const(0))
                         builder.store(builder.fadd(total, bias_v), accs[r][v])
-                    store_vec(arr_c, c_offsets[r][v], builder.load(accs[r][v]))
+                    store_vec(columns[v]["c"], c_offsets[r][v], builder.load(accs[r][v]))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -195,7 +213,37 @@ def matmul_rows(r0, r1, a, b, bias, accumulate, c):
     ``a`` (n, K) with any strides, ``b`` (K, N) and ``c`` (n, N) with
     contiguous rows, ``bias`` (N,) or (0,) for none; one float dtype.
     """
-    n_out = b.shape[1]
+    _matmul_split(r0, r1, a, b, bias, c, b, bias, c, b.shape[1], b.shape[1], accumulate)
+
+
+@njit(nogil=True, cache=True)
+def matmul_pair_rows(r0, r1, a, b, bias, c, b2, bias2, c2):
+    """``c[i] = a[i] @ b + bias`` and ``c2[i] = a[i] @ b2 + bias2`` for the rows ``i`` in ``[r0, r1)``.
+
+    A layer's two projections of one input in one pass: each tile of rows
+    reads ``a`` once for the columns of both, so the widest tile spans both
+    outputs where one alone is narrower (``small-batch``'s 32 + 32 columns:
+    one 4-vector tile instead of two 2-vector ones), and the rows run in one
+    call (the layer's chunks on the thread team, not a Python task per
+    chunk making two calls). The same operations per element as
+    :func:`matmul_rows`, so the same bits. Arrays as in :func:`matmul_rows`;
+    ``bias`` and ``bias2`` both (N,) and (N2,), or both empty.
+    """
+    split = b.shape[1]
+    if split % (VECTOR_BYTES // c.itemsize) != 0 or (bias.size > 0) != (bias2.size > 0):
+        # a vector would straddle the two outputs (or one has a bias and the other not): one at a time
+        matmul_rows(r0, r1, a, b, bias, False, c)
+        matmul_rows(r0, r1, a, b2, bias2, False, c2)
+        return
+    _matmul_split(r0, r1, a, b, bias, c, b2, bias2, c2, split, split + b2.shape[1], False)
+
+
+@njit(nogil=True, cache=True)
+def _matmul_split(r0, r1, a, b, bias, c, b2, bias2, c2, split, n_out, accumulate):
+    """The rows ``[r0, r1)`` of ``a @ [b | b2] + [bias | bias2]``: ``n_out`` columns, those from ``split`` on
+    in ``c2``. ``split`` is a multiple of the vector width, or ``n_out`` (no second output): no vector
+    straddles it.
+    """
     depth = a.shape[1]
     lanes = VECTOR_BYTES // c.itemsize
     use_bias = bias.size > 0
@@ -205,19 +253,26 @@ def matmul_rows(r0, r1, a, b, bias, accumulate, c):
         j = 0
         if WIDE:  # a compile-time constant: AVX2 builds leave the 4-vector tile out
             while j + 4 * lanes <= n_out:
-                _tile4(a, b, c, bias, i, rows, j, accumulate, use_bias)
+                _tile4(a, b, c, bias, b2, c2, bias2, split, i, rows, j, accumulate, use_bias)
                 j += 4 * lanes
         while j + 2 * lanes <= n_out:
-            _tile2(a, b, c, bias, i, rows, j, accumulate, use_bias)
+            _tile2(a, b, c, bias, b2, c2, bias2, split, i, rows, j, accumulate, use_bias)
             j += 2 * lanes
         while j + lanes <= n_out:
-            _tile1(a, b, c, bias, i, rows, j, accumulate, use_bias)
+            _tile1(a, b, c, bias, b2, c2, bias2, split, i, rows, j, accumulate, use_bias)
             j += lanes
         for r in range(i, i + rows):
             for col in range(j, n_out):
-                total = c[r, col] if accumulate else zero
+                second = col >= split
+                out_col = col - split if second else col
+                total = zero
+                if accumulate:
+                    total = c2[r, out_col] if second else c[r, out_col]
                 for k in range(depth):
-                    total = fma(a[r, k], b[k, col], total)
+                    total = fma(a[r, k], b2[k, out_col] if second else b[k, out_col], total)
                 if use_bias:
-                    total += bias[col]
-                c[r, col] = total
+                    total += bias2[out_col] if second else bias[out_col]
+                if second:
+                    c2[r, out_col] = total
+                else:
+                    c[r, out_col] = total

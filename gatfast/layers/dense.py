@@ -20,7 +20,7 @@ from .. import _runtime
 from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly, transpose
 from ..kernels.dense_grads import BLOCK, dense_grad_chunks
 from ..kernels.dense_small import project2, project2_backward
-from ..kernels.gemm import TILE_BYTES, matmul_rows
+from ..kernels.gemm import TILE_BYTES, matmul_pair_rows, matmul_rows
 from ..kernels.reduce import add_bias_rows
 
 __all__ = [
@@ -156,27 +156,33 @@ def tiled(a, out):
 
 
 def dense_projections(x, pairs):
-    """``out[...] = x @ W.T + b`` for every ``(W, b, out)`` in ``pairs``, by row chunks in parallel."""
-    tile = all(tiled(x, out) for _, _, out in pairs)
-    if tile:
+    """``out[...] = x @ W.T + b`` for every ``(W, b, out)`` in ``pairs`` (one or two), by row chunks in parallel.
+
+    In the tile, one kernel call per chunk on the thread team: two pairs (a
+    layer's ``W_l`` and ``W_r`` on one input) share each tile of rows
+    (``kernels.gemm.matmul_pair_rows``). Otherwise one-thread BLAS calls per
+    chunk on Python threads.
+    """
+    if all(tiled(x, out) for _, _, out in pairs):
         x_ro = readonly(x)
-        plans = [(readonly(transpose(W)), readonly(bias_or_empty(b, x.dtype)), out) for W, b, out in pairs]
+        args = [x_ro]
+        for W, b, out in pairs:
+            args += [readonly(transpose(W)), readonly(bias_or_empty(b, x.dtype)), out]
+        kernel = matmul_pair_rows if len(pairs) == 2 else matmul_rows
+        if len(pairs) == 1:  # matmul_rows' order of arguments
+            args = [x_ro, args[1], args[2], False, args[3]]
+        macs = x.shape[0] * x.shape[1] * sum(out.shape[1] for _, _, out in pairs)
+        _runtime.run_rows(kernel, x.shape[0], tuple(args), macs // _runtime.MACS_PER_UNIT)
+        return
 
-        def task(start, stop):
-            for wt, b, out in plans:
-                matmul_rows(start, stop, x_ro, wt, b, False, out)
+    def task(start, stop):
+        for W, b, out in pairs:
+            np.matmul(x[start:stop], W.T, out=out[start:stop])
+            if b is not None:
+                add_bias(out[start:stop], b)
 
-    else:
-
-        def task(start, stop):
-            for W, b, out in pairs:
-                np.matmul(x[start:stop], W.T, out=out[start:stop])
-                if b is not None:
-                    add_bias(out[start:stop], b)
-
-    # BLAS at one thread, as in _blas_backward (the tile's branch calls no BLAS: a hold of no work is none)
-    blas_work = 0 if tile else x.shape[0] * x.shape[1] * max(out.shape[1] for _, _, out in pairs)
-    with _runtime.blas_single_thread(blas_work):
+    # BLAS at one thread, as in _blas_backward
+    with _runtime.blas_single_thread(x.shape[0] * x.shape[1] * max(out.shape[1] for _, _, out in pairs)):
         if x.shape[0] <= MIN_ROW_CHUNK:  # one chunk: no thread pool
             task(0, x.shape[0])
             return
