@@ -14,6 +14,7 @@ from gatfast.kernels import (
 from gatfast.kernels.activations import ACTIVATIONS
 from gatfast.kernels.edge import edge_z
 from gatfast.kernels.prefetch import PREFETCH_DISTANCE, WINDOW
+from gatfast.layers.passes import NO_CUTS
 
 
 def _strided(shape, dtype):
@@ -89,6 +90,8 @@ def test_target_pass_gives_the_same_bits_with_and_without_the_vector_sums(dtype,
             bias_part,
             None,
             None,
+            NO_CUTS,
+            np.empty((n, heads, channels), dtype),
         )
         results.append([np.ascontiguousarray(a) for a in (upstream, delta, p_out, att_part, bias_part)])
     for name, fast, plain in zip(("upstream", "delta", "p_out", "att_part", "bias_part"), *results):
@@ -305,6 +308,8 @@ def test_the_target_passes_refuse_records_they_would_not_write_whole():
                 np.empty((0, heads, channels), dtype),
                 records.view(dtype),
                 records,
+                NO_CUTS,
+                np.empty((n, heads, channels), dtype),
             )
 
     width = record_bytes(heads, channels, 4)  # 2 heads x (2 floats + 2 bytes of signs): 20 bytes

@@ -10,8 +10,9 @@ import numba
 import numpy as np
 import pytest
 
-from gatfast.kernels.edge_sums import source_edge_row_sums, source_row_sums, target_row_sums
+from gatfast.kernels.edge_sums import target_row_sums
 from gatfast.kernels.ir_parts import ALL_HEADS
+from gatfast.kernels.source_sums import source_edge_row_sums, source_row_sums
 
 
 @numba.njit

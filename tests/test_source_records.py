@@ -15,6 +15,7 @@ from gatfast.kernels import (
 )
 from gatfast.kernels.activations import ACTIVATIONS
 from gatfast.kernels.prefetch import PREFETCH_DISTANCE
+from gatfast.layers.passes import NO_CUTS
 
 LEAKY = ACTIVATIONS["leaky_relu"]
 
@@ -53,17 +54,18 @@ def test_target_pass_records_and_the_source_pass_reading_them(dtype, heads, chan
     itemsize = np.dtype(dtype).itemsize
     width = record_bytes(heads, channels, itemsize)
     head = (indptr, indices, xl, xr, att, dtype(0.2), LEAKY, PREFETCH_DISTANCE, edge_scale, alpha, grad)
+    q_out = np.empty((n, heads, channels), dtype)  # not written without cuts
     results = []
     for make in (lambda shape: np.full(shape, np.nan, dtype), lambda shape: _strided(shape, dtype)):
         outputs = [make((indices.size, heads)), np.empty((indices.size, heads), dtype), make((n, heads, channels)),
                    make((blocks, heads, channels)), make((blocks, heads, channels))]  # fmt: skip
         records = np.full((indices.size, width), 0xA5, np.uint8)  # the padding is never written
-        gatv2_backward_target_blocks(0, blocks, *head, *outputs, records.view(dtype), records)
+        gatv2_backward_target_blocks(0, blocks, *head, *outputs, records.view(dtype), records, NO_CUTS, q_out)
         results.append([np.ascontiguousarray(a) for a in outputs] + [records])
     plain = [np.empty((indices.size, heads), dtype), np.empty((indices.size, heads), dtype),
              np.empty((n, heads, channels), dtype), np.empty((blocks, heads, channels), dtype),
              np.empty((blocks, heads, channels), dtype)]  # fmt: skip
-    gatv2_backward_target_blocks(0, blocks, *head, *plain, None, None)
+    gatv2_backward_target_blocks(0, blocks, *head, *plain, None, None, NO_CUTS, q_out)
     names = ("upstream", "delta", "p_out", "att_part", "bias_part")
     for name, fast, loops, want in zip(names, *results, plain):
         assert not np.isnan(fast).any(), name

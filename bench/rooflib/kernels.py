@@ -126,7 +126,8 @@ def k_check_grad(d, s=None):
 
 def k_target(d, s=None):
     """Backward target pass ``gatv2_backward_target_blocks``: ``A_ij``, ``δ_ij``, ``P_i``, ∂a partials (and ∂u, ∂W_E
-    partials); one ``xl[j]`` gather per edge."""
+    partials); one ``xl[j]`` gather per edge. On a batch of small graphs it also sums ``Q_j`` (the source
+    pass, then only for the graphs its chunks cut: timed with it)."""
     row = d.hc * d.f
     edge = d.nnz * d.heads * d.f
     ehc = d.nnz * d.hc
@@ -151,6 +152,9 @@ def k_target(d, s=None):
         writes.update(grad_u=d.nnz * D * d.f, we_part=d.att_blocks * row * D)
     if d.source_records:
         writes["records"] = d.nnz * d.record  # weight, δ and the signs as bits, per edge
+    if d.source_sums:  # and the source pass: each edge's term of Q_j (as k_source's, z already formed)
+        flops += 5 * ehc
+        writes["q_term"] = d.ns * row
     model = Model(
         reads={"indptr": (d.n + 1) * d.i, "indices": d.nnz * d.i, "xr": d.n * row, "grad": d.n * row,
                "alpha": edge, "att": row, **_edge_reads(d)},
@@ -272,7 +276,8 @@ def k_sparse_weight_grads(d, s=None):
 
 def kernels_for(d, s=None):
     """The kernels of one forward + backward, in the order the layer runs them."""
-    ks = [k_check_x, k_projections, k_forward] + ([] if d.bias else [k_check_grad]) + [k_target, k_source]
+    ks = [k_check_x, k_projections, k_forward] + ([] if d.bias else [k_check_grad]) + [k_target]
+    ks += [] if d.source_sums else [k_source]
     if d.edge_dim:
         ks.append(k_edge_weight_grad)
     ks += [k_sparse_transpose, k_sparse_weight_grads] if d.x_sparse else [k_dense_backward]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gatfast.kernels import LEAKY_RELU, num_att_blocks, record_bytes
-from gatfast.layers.passes import source_prefetch_distance, uses_source_records
+from gatfast.layers.passes import source_prefetch_distance, source_sums_cuts, uses_source_records
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,7 @@ class Dims:
     n_src: int = 0  # source nodes (0: as many as targets)
     in_dst: int = 0  # F_dst (0: in_features)
     source_records: bool = False  # the target pass writes each edge's record, the source pass reads it (records.py)
+    source_sums: bool = False  # the target pass also sums Q_j (a batch of small graphs: passes.source_sums_cuts)
 
     @property
     def hc(self):
@@ -119,8 +120,10 @@ class Dims:
         ahead = source_prefetch_distance(
             graph, rows, rows, sized(graph.nnz, heads), sized(0, heads), sized(graph.nnz, edge_dim)
         )
+        records = uses_source_records(LEAKY_RELU, ahead, 2 * rows.nbytes)
         return cls(
-            source_records=uses_source_records(LEAKY_RELU, ahead, 2 * rows.nbytes),
+            source_records=records,
+            source_sums=source_sums_cuts(graph, bool(edge_dim), records).size > 0,
             n=int(graph.num_dst),
             nnz=int(graph.nnz),
             heads=int(heads),

@@ -24,7 +24,9 @@ from gatfast.kernels import (
 from gatfast.layers.passes import (
     finishes_output,
     forward_prefetch,
+    source_pass_left_over,
     source_prefetch_distance,
+    source_sums_cuts,
     uses_source_records,
 )
 
@@ -93,6 +95,7 @@ class State:
         records = uses_source_records(self.kind, self.ahead, self.xr.nbytes + self.g_heads.nbytes)
         self.records = np.empty((g.nnz, record_bytes(H, C, self.dtype.itemsize)), np.uint8) if records else None
         self.rec_w = None if self.records is None else self.records.view(self.dtype)
+        self.cuts = source_sums_cuts(g, layer.edge_dim is not None, records)
         nnz = g.nnz
         blocks = num_att_blocks(n_dst)
         self.upstream = np.empty((nnz, H), self.dtype)
@@ -114,7 +117,7 @@ class State:
         self.grad_xr = self.p_term.reshape(n_dst, H * C)
 
     def _rows(self, kernel, count, *args):
-        _runtime.run_rows(kernel, count, args, self.work)
+        return _runtime.run_rows(kernel, count, args, self.work)
 
     def run_forward(self):
         """The forward kernel, as ``layers/passes.py`` runs it."""
@@ -136,19 +139,28 @@ class State:
             self._rows(gatv2_backward_target_edge_blocks, blocks, *head, self.xl_prefetch, self.u, self.weT, *common,
                        self.we_part, self.grad_u, self.rec_w, self.records, self.bias_part)
         else:
-            self._rows(gatv2_backward_target_blocks, blocks, *head, self.xl_prefetch, *common, self.bias_part, self.rec_w,
-                       self.records)
+            summed = self._rows(gatv2_backward_target_blocks, blocks, *head, self.xl_prefetch, *common, self.bias_part,
+                                self.rec_w, self.records, self.cuts, self.q_term)
+            if self.cuts.size:  # and the source pass of the graphs its chunks cut, as the layer
+                source_pass_left_over(summed, len(self.src_indptr) - 1, self._source_head() + self._source_tail())
         if self.bias is not None:  # the layer's bias gradient from the blocks, which checks grad_out
             V.all_finite(column_sum(self.bias_part.reshape(blocks, -1)))
         if self.pairwise:
             self._rows(gatv2_pairwise_theta_r_rows, n_dst, *head, self.u, self.weT, self.alpha, self.upstream,
                        self.p_term)
 
-    def run_source(self):
-        """The backward source pass."""
-        head = (self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att, self.slope, self.kind,
+    def _source_head(self):
+        return (self.src_indptr, self.src_edges, self.src_targets, self.xl, self.xr, self.att, self.slope, self.kind,
                 self.ahead)
-        tail = (self.edge_scale, self.alpha, self.delta, self.g_heads, self.q_term)
+
+    def _source_tail(self):
+        return (self.edge_scale, self.alpha, self.delta, self.g_heads, self.q_term)
+
+    def run_source(self):
+        """The backward source pass (nothing where the target pass does it: ``cuts``)."""
+        if self.cuts.size:
+            return
+        head, tail = self._source_head(), self._source_tail()
         n_src = len(self.src_indptr) - 1
         if self.records is not None:
             self._rows(gatv2_backward_source_record_rows, n_src, self.src_indptr, self.src_edges, self.src_targets,

@@ -17,6 +17,7 @@ import numpy as np
 from . import cache_stamp
 from .activations import ACTIVATIONS, LEAKY_RELU, SOFTPLUS
 from .backward import (
+    gatv2_backward_source_ranges,
     gatv2_backward_source_rows,
     gatv2_backward_target_blocks,
     num_att_blocks,
@@ -47,6 +48,7 @@ __all__ = [
     "fill_loop_attr_backward",
     "gatv2_backward_source_edge_rows",
     "gatv2_backward_source_record_rows",
+    "gatv2_backward_source_ranges",
     "gatv2_backward_source_rows",
     "gatv2_backward_target_blocks",
     "gatv2_backward_target_edge_blocks",

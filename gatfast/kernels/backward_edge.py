@@ -31,13 +31,13 @@ from numba import njit
 from .activations import LEAKY_RELU, act, act_slope
 from .backward import check_bias_part, upstream_delta
 from .edge import edge_z
-from .edge_sums import source_edge_row_sums
 from .edge_terms import attribute_grads, target_edge_terms
 from .gemm import matmul_rows
 from .ir_parts import ALL_HEADS
 from .prefetch import WINDOW, prefetch_row, window_rows
 from .records import check_records
 from .simd import dot3
+from .source_sums import source_edge_row_sums
 
 #: edges whose ``q_ij`` the target pass keeps before adding their ``u_ij ⊗ q_ij`` to ``∂L/∂W_E`` in one
 #: product (the buffer, 64 x H x C values, stays in the L1 cache at 64 channels)

@@ -13,6 +13,9 @@ registers and store them once, for the channels ``[0, C - C mod 8)`` of one
 head (or of every head, below); the kernels do the last ``C mod 8`` channels with their plain loops
 (and every channel of other activations, or of arrays with strided channels).
 The target pass with edge features has its own intrinsic (``edge_terms.py``).
+:func:`target_row_sums_sources` is the target pass's that also adds each
+edge's term of the source pass to its source's row of ``Q`` (batches of
+small graphs: ``backward.gatv2_backward_target_blocks``, ``cuts``).
 On Cora's graph at 8 x 8 (one thread, old and new code alternating in one
 process) the source pass went from 294 to 125 ns per edge and the target
 pass from 137 to 104; at 1 x 32 on batches of small graphs 50 -> 32 and
@@ -39,6 +42,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .gemm import compiles_for_avx512
 from .ir_parts import (
     add_source_term,
     all_contiguous,
@@ -52,10 +56,12 @@ from .ir_parts import (
     vector_groups,
     whole_vector_channels,
 )
-from .simd import LANES, add_edge_terms, load_vector, row_pointer, splat
+from .simd import LANES, load_vector, row_pointer, splat
 
 TARGET_GROUP = 2  # vectors at once; two sums each
-SOURCE_GROUP = 4  # 4 sums and the xl and att rows they reuse: float64 spills some on AVX2, float32 fits
+#: with the source terms, where AVX-512's 32 vector registers hold the 5 rows of 4 vectors: the row's edges
+#: walked once per 32 float32 channels (small-batch's layer), not twice
+TARGET_SOURCES_GROUP = 4 if compiles_for_avx512() else 2
 
 
 @intrinsic
@@ -105,19 +111,64 @@ def target_row_sums_signs(
     return _target_typing(p_out, att_part, xl, xr, att, indices, delta, records)
 
 
-def _target_typing(p_out, att_part, xl, xr, att, indices, delta, records):
-    """The signature and code of the target intrinsics (``records`` None: no signs written)."""
+@intrinsic
+def target_row_sums_sources(
+    typingctx,
+    p_out,
+    att_part,
+    b,
+    i,
+    h,
+    xl,
+    xr,
+    att,
+    indices,
+    delta,
+    lo,
+    hi,
+    slope,
+    q_out,
+    grad,
+    alpha,
+    edge_scale,
+):
+    """:func:`target_row_sums`, also adding each edge's term of the source pass to its source's row of ``q_out``.
+
+    For each channel ``c`` it does, and each edge ``e = (j -> i)`` of the row:
+    ``q_out[j, h, c] += (δ_e att[h, c]) s + w_e grad[i, h, c]``, with ``s`` and
+    ``w_e`` as in :func:`source_row_sums` (``ir_parts.add_source_term``, the
+    same operations), into the row in memory. Called on the rows of a range
+    closed under the graph's edges, in row order, with those rows of ``q_out``
+    zeroed first, each source's sum gets its terms in edge order from zero:
+    the source pass's order (``CSRGraph.source_order``), so the same bits
+    (``backward.gatv2_backward_target_blocks``, ``cuts``).
+    """
+    arrays = (q_out, grad, alpha, edge_scale)
+    if not arrays_ok(arrays, (3, 3, 2, 2)) or not arrays_ok((p_out, q_out), (3, 3)):
+        return None
+    found = _target_typing(p_out, att_part, xl, xr, att, indices, delta, None, arrays)
+    if found is None:
+        return None
+    return found
+
+
+def _target_typing(p_out, att_part, xl, xr, att, indices, delta, records, sources=None):
+    """The signature and code of the target intrinsics (``records`` None: no signs written; ``sources``:
+    ``(q_out, grad, alpha, edge_scale)`` of :func:`target_row_sums_sources`, or None)."""
     arrays = (p_out, att_part, xl, xr, att, indices, delta)
     if not arrays_ok(arrays, (3, 3, 3, 3, 2, 1, 2)) or not isinstance(indices.dtype, types.Integer):
         return None
     index = types.intp
     tail = () if records is None else (records, index, index)
+    tail += () if sources is None else tuple(sources)
     sig = types.intp(
         p_out, att_part, index, index, index, xl, xr, att, indices, delta, index, index, p_out.dtype, *tail
     )
     # the rows read as vectors
-    vectorised = all_contiguous(p_out, att_part, xl, xr, att, *([] if records is None else [records]))
-    return sig, _target_codegen(vectorised, records is not None)
+    rows = [] if records is None else [records]
+    rows += [] if sources is None else list(sources[:2])
+    vectorised = all_contiguous(p_out, att_part, xl, xr, att, *rows)
+    return sig, _target_codegen(vectorised, records is not None, sources is not None)
 
 
 _TARGET_NAMES = (
@@ -137,9 +188,11 @@ _TARGET_NAMES = (
 )
 
 
-def _target_codegen(vectorised, with_signs):
-    """The code of :func:`target_row_sums` (``with_signs``: of :func:`target_row_sums_signs`)."""
+def _target_codegen(vectorised, with_signs, with_sources=False):
+    """The code of :func:`target_row_sums` (``with_signs``: of :func:`target_row_sums_signs`;
+    ``with_sources``: of :func:`target_row_sums_sources`)."""
     names = _TARGET_NAMES + (("records", "sign_base", "head_bytes") if with_signs else ())
+    names += ("q_out", "grad", "alpha", "edge_scale") if with_sources else ()
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
@@ -150,6 +203,11 @@ def _target_codegen(vectorised, with_signs):
         heads = builder.extract_value(arr["p_out"].shape, 1)
         channels = builder.extract_value(arr["p_out"].shape, 2)
         mask_ty = ir.IntType(LANES)
+        if with_sources:
+            has_scale = builder.icmp_signed(
+                ">", builder.extract_value(arr["edge_scale"].shape, 0), ir.Constant(intp, 0)
+            )
+            unit = cgutils.alloca_once_value(builder, ir.Constant(v.fty, 1.0))
 
         def head_run(h, width, head_of, _fused):
             """The channels ``[0, width)`` of row ``i`` from head ``h`` (``ir_parts.for_heads``)."""
@@ -167,20 +225,38 @@ def _target_codegen(vectorised, with_signs):
                 ]
                 ps = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
                 rs = [load_vector(builder, r_row, off, vec_ty) for off in offsets]
+                if with_sources:  # the row's upstream gradient and the weights, the same for every edge
+                    g_row = row_pointer(builder, arr["grad"], a["i"], h)
+                    gs = [load_vector(builder, g_row, off, vec_ty) for off in offsets]
+                    atts = [load_vector(builder, att_row, off, vec_ty) for off in offsets]
                 with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (e, _):
                     j = load_index(context, builder, arr["indices"], signature.args[8], e)
                     l_row = row_pointer(builder, arr["xl"], j, h)
+                    if with_sources:
+                        q_row = row_pointer(builder, arr["q_out"], j, h)
                     if with_signs:  # a fused run's offsets go on into the next heads, whose bytes follow
                         sign_row = element_pointer(
                             builder,
                             arr["records"],
                             [e, builder.add(a["sign_base"], builder.mul(h, a["head_bytes"]))],
                         )
-                    for part, p, r, off, hv in zip(parts, ps, rs, offsets, heads_v):
-                        dl = splat(
-                            builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty
-                        )
-                        z = builder.fadd(r, load_vector(builder, l_row, off, vec_ty))
+                    # each vector's head's scalars, loaded once per head (one head: once per edge) and before
+                    # any store of the edge, which LLVM cannot tell from these arrays
+                    scalars = {}
+                    for hv in heads_v:
+                        if id(hv) not in scalars:
+                            dl = builder.load(element_pointer(builder, arr["delta"], [e, hv]))
+                            w = None
+                            if with_sources:
+                                w = builder.load(element_pointer(builder, arr["alpha"], [e, hv]))
+                                scale = element_pointer(builder, arr["edge_scale"], [e, hv])
+                                w = splat(builder, times_scale(builder, w, has_scale, scale, unit), vec_ty)
+                            scalars[id(hv)] = (splat(builder, dl, vec_ty), w)
+                    ls = [load_vector(builder, l_row, off, vec_ty) for off in offsets]
+                    terms = []
+                    for k, (part, p, r, off, hv) in enumerate(zip(parts, ps, rs, offsets, heads_v)):
+                        dl, w = scalars[id(hv)]
+                        z = builder.fadd(r, ls[k])
                         positive = builder.fcmp_ordered(">", z, zero_v)
                         if with_signs:  # lane k -> bit k
                             byte = builder.gep(sign_row, [builder.udiv(off, ir.Constant(intp, LANES))])
@@ -189,6 +265,12 @@ def _target_codegen(vectorised, with_signs):
                         builder.store(builder.fadd(builder.load(part), builder.fmul(dl, act)), part)
                         grad_act = builder.select(positive, one_v, slope_v)
                         builder.store(builder.fadd(builder.load(p), builder.fmul(dl, grad_act)), p)
+                        terms.append((dl, grad_act, w))
+                    for k, (off, (dl, grad_act, w)) in enumerate(zip(offsets, terms) if with_sources else ()):
+                        # Q_j's term of this edge, added to its row in memory
+                        q = cgutils.alloca_once_value(builder, load_vector(builder, q_row, off, vec_ty))
+                        add_source_term(builder, q, dl, atts[k], grad_act, w, gs[k])
+                        store_vector(builder, q_row, off, builder.load(q))
                 for part, p, off in zip(parts, ps, offsets):
                     store_vector(builder, part_row, off, builder.load(part))
                     store_vector(
@@ -198,163 +280,11 @@ def _target_codegen(vectorised, with_signs):
                         builder.fmul(builder.load(p), load_vector(builder, att_row, off, vec_ty)),
                     )
 
-            vector_groups(builder, intp, width, TARGET_GROUP, vectors)
+            vector_groups(
+                builder, intp, width, TARGET_SOURCES_GROUP if with_sources else TARGET_GROUP, vectors
+            )
 
         for_heads(builder, a["h"], heads, channels, head_run)
         return whole_vector_channels(builder, channels)
 
     return codegen
-
-
-_SOURCE_NAMES = (
-    "q_out",
-    "j",
-    "h",
-    "xl",
-    "xr",
-    "att",
-    "grad",
-    "src_edges",
-    "src_targets",
-    "alpha",
-    "delta",
-    "edge_scale",
-)
-
-
-def _source_codegen(vectorised, with_edges):
-    """The code of :func:`source_row_sums` (``with_edges``: of :func:`source_edge_row_sums`)."""
-    names = _SOURCE_NAMES + (("u", "weT") if with_edges else ()) + ("lo", "hi", "slope")
-
-    def codegen(context, builder, signature, args):
-        intp = context.get_value_type(types.intp)
-        if not vectorised:
-            return ir.Constant(intp, 0)
-        a, arr, v = leaky_setup(context, builder, signature, args, names)
-        fty, vec_ty, zero_v, one_v, slope_v = v.fty, v.vec, v.zero, v.one, v.slope
-        heads = builder.extract_value(arr["q_out"].shape, 1)
-        channels = builder.extract_value(arr["q_out"].shape, 2)
-        has_scale = builder.icmp_signed(
-            ">", builder.extract_value(arr["edge_scale"].shape, 0), ir.Constant(intp, 0)
-        )
-        unit = cgutils.alloca_once_value(builder, ir.Constant(fty, 1.0))
-
-        def head_run(h, width, head_of, _fused):
-            """The channels ``[0, width)`` of source ``j`` from head ``h`` (``ir_parts.for_heads``)."""
-            q_row = row_pointer(builder, arr["q_out"], a["j"], h)
-            l_row = row_pointer(builder, arr["xl"], a["j"], h)
-            att_row = element_pointer(builder, arr["att"], [h, ir.Constant(intp, 0)])
-
-            def pre_activations(e, i, ls, offsets, heads_v):
-                """``z`` per vector: ``xr[i] + xl[j]``, then ``+ weT[h, d] u[e, d]`` for d = 0, 1, ..."""
-                r_row = row_pointer(builder, arr["xr"], i, h)
-                zs = [
-                    builder.fadd(load_vector(builder, r_row, off, vec_ty), l) for l, off in zip(ls, offsets)
-                ]
-                if not with_edges:
-                    return zs
-                # weT is (H, D, C): each vector's weights at its own head, at its offset within that head
-                in_head = [
-                    builder.sub(off, builder.mul(builder.sub(hv, h), channels))
-                    for off, hv in zip(offsets, heads_v)
-                ]
-                return add_edge_terms(builder, arr["u"], arr["weT"], e, heads_v, zs, in_head, vec_ty)
-
-            def vectors(base, count):
-                offsets = [builder.add(base, ir.Constant(intp, v * LANES)) for v in range(count)]
-                heads_v = [head_of(off) for off in offsets]
-                sums = [cgutils.alloca_once_value(builder, zero_v) for _ in offsets]
-                ls = [load_vector(builder, l_row, off, vec_ty) for off in offsets]
-                atts = [load_vector(builder, att_row, off, vec_ty) for off in offsets]
-                with cgutils.for_range_slice(builder, a["lo"], a["hi"], ir.Constant(intp, 1), intp) as (p, _):
-                    e = load_index(context, builder, arr["src_edges"], signature.args[7], p)
-                    i = load_index(context, builder, arr["src_targets"], signature.args[8], p)
-                    dls, wvs = [], []
-                    for hv in heads_v:
-                        dls.append(
-                            splat(
-                                builder, builder.load(element_pointer(builder, arr["delta"], [e, hv])), vec_ty
-                            )
-                        )
-                        w = builder.load(element_pointer(builder, arr["alpha"], [e, hv]))
-                        w = times_scale(
-                            builder, w, has_scale, element_pointer(builder, arr["edge_scale"], [e, hv]), unit
-                        )
-                        wvs.append(splat(builder, w, vec_ty))
-                    g_row = row_pointer(builder, arr["grad"], i, h)
-                    zs = pre_activations(e, i, ls, offsets, heads_v)
-                    for s, z, at, off, dl, wv in zip(sums, zs, atts, offsets, dls, wvs):
-                        slope_or_one = builder.select(builder.fcmp_ordered(">", z, zero_v), one_v, slope_v)
-                        add_source_term(
-                            builder, s, dl, at, slope_or_one, wv, load_vector(builder, g_row, off, vec_ty)
-                        )
-                for s, off in zip(sums, offsets):
-                    store_vector(builder, q_row, off, builder.load(s))
-
-            vector_groups(builder, intp, width, SOURCE_GROUP, vectors)
-
-        for_heads(builder, a["h"], heads, channels, head_run)
-        return whole_vector_channels(builder, channels)
-
-    return codegen
-
-
-def _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale):
-    """The argument types both source intrinsics start with (``j``, ``h``: intp), or None if they do not fit."""
-    arrays = (q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
-    if not arrays_ok(arrays, (3, 3, 3, 2, 3, 1, 1, 2, 2, 2)):
-        return None
-    if not (isinstance(src_edges.dtype, types.Integer) and isinstance(src_targets.dtype, types.Integer)):
-        return None
-    return (q_out, types.intp, types.intp) + arrays[1:]
-
-
-@intrinsic
-def source_row_sums(
-    typingctx, q_out, j, h, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale, lo, hi, slope
-):
-    """Source ``j``, head ``h`` of the source pass (LeakyReLU), for the channels in whole vectors.
-
-    For each such channel ``c``: ``q_out[j, h, c] = Σ_p ((δ_e att[h, c]) s +
-    w_e grad[i, h, c])`` over ``p`` in ``[lo, hi)``, with ``e =
-    src_edges[p]``, ``i = src_targets[p]``, ``δ_e = delta[e, h]``, ``w_e =
-    alpha[e, h]`` (times ``edge_scale[e, h]`` when it is not empty) and ``s =
-    1 if xr[i, h, c] + xl[j, h, c] > 0 else slope``.
-    ``h = ir_parts.ALL_HEADS``: every head (``ir_parts.for_heads``).
-    Returns the first channel of each head not done, ``C - C mod 8`` (0
-    for arrays that are not C-contiguous).
-    """
-    head = _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
-    if head is None:
-        return None
-    sig = types.intp(*head, types.intp, types.intp, q_out.dtype)
-    return sig, _source_codegen(all_contiguous(q_out, xl, xr, att, grad), with_edges=False)
-
-
-@intrinsic
-def source_edge_row_sums(
-    typingctx,
-    q_out,
-    j,
-    h,
-    xl,
-    xr,
-    att,
-    grad,
-    src_edges,
-    src_targets,
-    alpha,
-    delta,
-    edge_scale,
-    u,
-    weT,
-    lo,
-    hi,
-    slope,
-):
-    """:func:`source_row_sums` with edge features: ``z`` gains ``Σ_d weT[h, d, c] u[e, d]`` (``edge.py``)."""
-    head = _source_head(q_out, xl, xr, att, grad, src_edges, src_targets, alpha, delta, edge_scale)
-    if head is None or not arrays_ok((q_out, u, weT), (3, 2, 3)):
-        return None
-    sig = types.intp(*head, u, weT, types.intp, types.intp, q_out.dtype)
-    return sig, _source_codegen(all_contiguous(q_out, xl, xr, att, grad, weT), with_edges=True)

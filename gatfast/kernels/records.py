@@ -44,7 +44,6 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .activations import LEAKY_RELU
-from .edge_sums import SOURCE_GROUP  # vectors at once, as the source pass forming z
 from .ir_parts import (
     ALL_HEADS,
     add_source_term,
@@ -60,6 +59,7 @@ from .ir_parts import (
 )
 from .prefetch import prefetch_row, prefetch_whole_row
 from .simd import LANES, load_vector, row_pointer, splat
+from .source_sums import SOURCE_GROUP  # vectors at once, as the source pass forming z
 
 #: The layer takes the records where the source pass prefetches by edge and the target rows it gathers
 #: (``xr`` and the upstream gradient) take more than this many bytes. Where those rows stay in cache

@@ -21,11 +21,11 @@ import math
 import numpy as np
 from numba import njit
 
-from .backward import gatv2_backward_source_rows, gatv2_backward_target_blocks
+from .backward import gatv2_backward_target_blocks
 from .dense_small import project2, project2_backward
 from .forward import gatv2_forward_rows
 from .frozen import frozen
-from .gemm import matmul_rows
+from .gemm import matmul_pair_rows
 from .pairwise import gatv2_pairwise_theta_r_rows
 from .prefetch import WINDOW
 
@@ -71,9 +71,8 @@ def small_layer_forward(
     if wlt.shape[0] == 0:
         project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
     else:  # the general path's dense_projections for rows that fit one chunk, with its argument types
-        accumulate = n < 0  # False, typed as the general path's (not as a literal: one specialisation)
-        matmul_rows(np.int64(0), n, x, wlt, blt, accumulate, xl.reshape(n, heads * channels))
-        matmul_rows(np.int64(0), n, x, wrt, brt, accumulate, xr.reshape(n, heads * channels))
+        width = heads * channels
+        matmul_pair_rows(np.int64(0), n, x, wlt, blt, xl.reshape(n, width), wrt, brt, xr.reshape(n, width))
     # a first row typed int64, not the literal 0: the general path's specialisation, compiled once
     # the output is finished below (the mean of the heads first, where they are averaged)
     unfinished = n < 0  # False, typed as the general path's flag
@@ -108,9 +107,6 @@ def small_layer_backward(
     W_r,
     indptr,
     indices,
-    src_indptr,
-    src_edges,
-    src_targets,
     xl,
     xr,
     att,
@@ -179,6 +175,10 @@ def small_layer_backward(
     # int64 and read-only, as from the general path: its specialisations, not a second compile of each
     first = np.int64(0)
     grad = frozen(g_heads)
+    # one chunk of every row: its ends close it, so the target pass does the source pass too (the same bits)
+    ends = np.zeros(n + 1, np.uint8)
+    ends[0] = 1
+    ends[n] = 1
     gatv2_backward_target_blocks(
         first,
         att_part.shape[0],
@@ -200,6 +200,8 @@ def small_layer_backward(
         bias_part,
         None,
         None,
+        frozen(ends),
+        q_term,
     )
     if in_target_pass:  # the blocks added in order, from zero (kernels.column_sum)
         for c in range(width):
@@ -208,24 +210,6 @@ def small_layer_backward(
             for h in range(heads):
                 for c in range(channels):
                     grad_bias[h * channels + c] += bias_part[b, h, c]
-    gatv2_backward_source_rows(
-        first,
-        n,
-        src_indptr,
-        src_edges,
-        src_targets,
-        xl,
-        xr,
-        att,
-        slope,
-        kind,
-        None,  # no prefetch: a small layer's rows are all in cache
-        edge_scale,
-        alpha,
-        delta,
-        grad,
-        q_term,
-    )
     for h in range(heads):  # numpy's sum over the blocks: in block order
         for c in range(channels):
             grad_att[h, c] = att_part[0, h, c]

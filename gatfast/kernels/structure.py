@@ -1,4 +1,5 @@
-"""Graph structure in one or two linear passes: the source-major order and the self-loop layout.
+"""Graph structure in one or two linear passes: the source-major order, the self-loop layout and the
+rows between which no edge runs (``component_cuts``).
 
 Every sampled block is a new graph, so these run once per block per step;
 NumPy's stable argsort and boolean-mask passes took as long as a layer's
@@ -90,3 +91,31 @@ def edge_span_mean(indptr, indices, samples):
         i = np.searchsorted(indptr, e, side="right") - 1  # the row holding edge e
         total += abs(indices[e] - i)
     return total / samples
+
+
+@njit(nogil=True, cache=True)
+def component_cuts(indptr, indices):
+    """``(cuts, longest)`` of a square graph: ``cuts`` (n + 1,) uint8 is 1 at each ``r`` where no edge joins a
+    node below ``r`` to one at or above it (always at 0 and n), ``longest`` the most rows from one cut to the
+    next. An edge between ``lo < hi`` rules out the cuts ``lo + 1 ... hi``: a difference array of those spans
+    (one pass over the edges), then a running sum (one over the rows)."""
+    n = indptr.size - 1
+    spans = np.zeros(n + 2, np.int64)
+    for i in range(n):
+        for e in range(indptr[i], indptr[i + 1]):
+            j = indices[e]
+            lo, hi = min(i, j), max(i, j)
+            if hi > lo:
+                spans[lo + 1] += 1
+                spans[hi + 1] -= 1
+    cuts = np.zeros(n + 1, np.uint8)
+    open_spans = 0
+    last = 0
+    longest = 0
+    for r in range(n + 1):
+        open_spans += spans[r]
+        if open_spans == 0:
+            cuts[r] = 1
+            longest = max(longest, r - last)
+            last = r
+    return cuts, longest

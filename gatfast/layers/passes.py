@@ -14,11 +14,13 @@ import numpy as np
 
 from .. import _runtime
 from .._random import RandomKeys
+from ..graph.components import component_cuts
 from ..kernels import (
     ACTIVATIONS,
     LEAKY_RELU,
     column_sum,
     gatv2_backward_source_edge_rows,
+    gatv2_backward_source_ranges,
     gatv2_backward_source_record_rows,
     gatv2_backward_source_rows,
     gatv2_backward_target_blocks,
@@ -30,6 +32,7 @@ from ..kernels import (
     readonly,
     record_bytes,
 )
+from ..kernels.backward import ATT_BLOCK
 from ..kernels.prefetch import WINDOW, gather_prefetch, source_pass_ahead
 from ..kernels.records import RECORD_MIN_ROW_BYTES
 from ..kernels.reduce import column_sums
@@ -39,6 +42,7 @@ from .keys import attention_keep
 from .rowwise import bias_gradient, check_by_sums, checked_bias_gradient
 
 __all__ = [
+    "NO_CUTS",
     "KernelConstants",
     "attention_backward",
     "attention_dropout",
@@ -46,7 +50,9 @@ __all__ = [
     "finishes_output",
     "forward_prefetch",
     "kernel_constants",
+    "source_pass_left_over",
     "source_prefetch_distance",
+    "source_sums_cuts",
     "uses_source_records",
 ]
 
@@ -66,6 +72,42 @@ class KernelConstants(NamedTuple):
 def _read_only(arr):
     arr.flags.writeable = False
     return arr
+
+
+#: The target pass's ``cuts`` where it does not do the source pass (read-only, as the graphs' cached cuts).
+NO_CUTS = _read_only(np.zeros(0, np.uint8))
+
+#: The longest run of rows between two cuts (``graph.components``) of a graph whose target pass also does
+#: the source pass (``backward.gatv2_backward_target_blocks``, ``cuts``): a quarter of a block of rows, so a
+#: chunk of blocks cuts through at most a small part of its rows' graphs, whose sources are left to a
+#: source pass over them alone. Batches of small graphs (molecules, road scenes, ``small-batch``'s 8-32
+#: nodes) are far below it; one big graph (Cora) is one run, and keeps the source pass.
+SOURCE_SUMS_MAX_RUN = ATT_BLOCK // 4
+
+
+def source_sums_cuts(g, edge_features, records):
+    """The ``cuts`` the target pass gets: the graph's (``graph.components``) where the pass also does the
+    source pass (no edge features, no source records, a square graph of small components), else none."""
+    if edge_features or records:
+        return NO_CUTS
+    found = component_cuts(g)
+    return NO_CUTS if found is None or found[1] > SOURCE_SUMS_MAX_RUN else found[0]
+
+
+def source_pass_left_over(summed, count, args):
+    """After a target pass with cuts: the source pass of the sources its chunks did not sum (their ``(c0,
+    c1)`` in ``summed``, the pass's return values), in one call on this thread; ``args`` as
+    ``gatv2_backward_source_rows`` takes them after its range. A few small graphs where a chunk ended in one,
+    none on one thread."""
+    left, start = [], 0
+    for c0, c1 in sorted(r for r in summed if r[1] > r[0]):
+        if c0 > start:
+            left.append((start, c0))
+        start = c1
+    if start < count:
+        left.append((start, count))
+    if left:
+        gatv2_backward_source_ranges(np.array(left, np.int64), *args)
 
 
 def kernel_constants(layer):
@@ -222,10 +264,11 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     else:
         rec_w = rec_signs = None
     xl_prefetch = (forward_prefetch(g, cache.xl),)  # the target pass gathers xl as the forward does
+    cuts = source_sums_cuts(g, layer.edge_dim is not None, records)  # and the target pass does the source pass
     if layer.edge_dim is None:
-        _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + xl_prefetch + (
-            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part, rec_w, rec_signs),
-            work)
+        summed = _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + xl_prefetch + (
+            cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part, rec_w, rec_signs,
+            cuts, q_term), work)
     else:
         we_part = ws.empty("we_part", (blocks, H, dims, C), dtype)  # every block zeroes its own
         grad_u = ws.empty("grad_u", (g.nnz if edge_grad else 0, dims), dtype)
@@ -238,6 +281,8 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
         _runtime.run_rows(gatv2_backward_source_record_rows, n_src, (
             src_indptr, src_edges, ws.source_targets(g), params["att"], slope, ahead, readonly(rec_w),
             readonly(rec_signs), g_heads, q_term), work)
+    elif cuts.size:
+        source_pass_left_over(summed, n_src, source_head + (cache.edge_scale, cache.alpha, delta, g_heads, q_term))
     elif layer.edge_dim is None:
         _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head + (
             cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)

@@ -248,7 +248,6 @@ def backward(layer, cache, grad_out, pairwise):
     p = cache.params
     k = layer.constants
     W_l, W_r = p["W_l"], p["W_r"]
-    src_indptr, src_edges = g.source_order()
     width = H * C if layer.bias else 0
     grads = {
         "W_l": np.empty(W_l.shape, dtype),
@@ -269,9 +268,6 @@ def backward(layer, cache, grad_out, pairwise):
             W_r,
             g.indptr,
             g.indices,
-            src_indptr,
-            src_edges,
-            layer._workspace.source_targets(g),
             cache.xl,
             cache.xr,
             p["att"],
