@@ -213,7 +213,34 @@ def matmul_rows(r0, r1, a, b, bias, accumulate, c):
     ``a`` (n, K) with any strides, ``b`` (K, N) and ``c`` (n, N) with
     contiguous rows, ``bias`` (N,) or (0,) for none; one float dtype.
     """
-    _matmul_split(r0, r1, a, b, bias, c, b, bias, c, b.shape[1], b.shape[1], accumulate)
+    n_out = b.shape[1]
+    depth = a.shape[1]
+    lanes = VECTOR_BYTES // c.itemsize
+    use_bias = bias.size > 0
+    zero = c.dtype.type(0.0)
+    # the walk over the tiles is written out here and in matmul_pair_rows: a helper inlined into both
+    # made a first run compile the products in 1.25x the time (an extra Numba inlining per call site)
+    for i in range(r0, r1, TILE_ROWS):
+        rows = min(TILE_ROWS, r1 - i)
+        j = 0
+        if WIDE:  # a compile-time constant: AVX2 builds leave the 4-vector tile out
+            while j + 4 * lanes <= n_out:
+                _tile4(a, b, c, bias, b, c, bias, n_out, i, rows, j, accumulate, use_bias)
+                j += 4 * lanes
+        while j + 2 * lanes <= n_out:
+            _tile2(a, b, c, bias, b, c, bias, n_out, i, rows, j, accumulate, use_bias)
+            j += 2 * lanes
+        while j + lanes <= n_out:
+            _tile1(a, b, c, bias, b, c, bias, n_out, i, rows, j, accumulate, use_bias)
+            j += lanes
+        for r in range(i, i + rows):
+            for col in range(j, n_out):
+                total = c[r, col] if accumulate else zero
+                for k in range(depth):
+                    total = fma(a[r, k], b[k, col], total)
+                if use_bias:
+                    total += bias[col]
+                c[r, col] = total
 
 
 @njit(nogil=True, cache=True)
@@ -227,52 +254,42 @@ def matmul_pair_rows(r0, r1, a, b, bias, c, b2, bias2, c2):
     call (the layer's chunks on the thread team, not a Python task per
     chunk making two calls). The same operations per element as
     :func:`matmul_rows`, so the same bits. Arrays as in :func:`matmul_rows`;
-    ``bias`` and ``bias2`` both (N,) and (N2,), or both empty.
+    ``bias`` (N,) and ``bias2`` (N2,), either of size 0 for none.
+
+    The columns of ``[b | b2]`` run as one span where no vector can straddle
+    the two outputs (``N`` whole vectors) and both or neither have a bias,
+    else each output's columns as a span of their own.
     """
     split = b.shape[1]
-    if split % (VECTOR_BYTES // c.itemsize) != 0 or (bias.size > 0) != (bias2.size > 0):
-        # a vector would straddle the two outputs (or one has a bias and the other not): one at a time
-        matmul_rows(r0, r1, a, b, bias, False, c)
-        matmul_rows(r0, r1, a, b2, bias2, False, c2)
-        return
-    _matmul_split(r0, r1, a, b, bias, c, b2, bias2, c2, split, split + b2.shape[1], False)
-
-
-@njit(nogil=True, cache=True)
-def _matmul_split(r0, r1, a, b, bias, c, b2, bias2, c2, split, n_out, accumulate):
-    """The rows ``[r0, r1)`` of ``a @ [b | b2] + [bias | bias2]``: ``n_out`` columns, those from ``split`` on
-    in ``c2``. ``split`` is a multiple of the vector width, or ``n_out`` (no second output): no vector
-    straddles it.
-    """
+    n_out = split + b2.shape[1]
     depth = a.shape[1]
     lanes = VECTOR_BYTES // c.itemsize
-    use_bias = bias.size > 0
+    whole = split % lanes == 0 and (bias.size > 0) == (bias2.size > 0)
     zero = c.dtype.type(0.0)
     for i in range(r0, r1, TILE_ROWS):
         rows = min(TILE_ROWS, r1 - i)
-        j = 0
-        if WIDE:  # a compile-time constant: AVX2 builds leave the 4-vector tile out
-            while j + 4 * lanes <= n_out:
-                _tile4(a, b, c, bias, b2, c2, bias2, split, i, rows, j, accumulate, use_bias)
-                j += 4 * lanes
-        while j + 2 * lanes <= n_out:
-            _tile2(a, b, c, bias, b2, c2, bias2, split, i, rows, j, accumulate, use_bias)
-            j += 2 * lanes
-        while j + lanes <= n_out:
-            _tile1(a, b, c, bias, b2, c2, bias2, split, i, rows, j, accumulate, use_bias)
-            j += lanes
-        for r in range(i, i + rows):
-            for col in range(j, n_out):
-                second = col >= split
-                out_col = col - split if second else col
-                total = zero
-                if accumulate:
-                    total = c2[r, out_col] if second else c[r, out_col]
-                for k in range(depth):
-                    total = fma(a[r, k], b2[k, out_col] if second else b[k, out_col], total)
-                if use_bias:
-                    total += bias2[out_col] if second else bias[out_col]
-                if second:
-                    c2[r, out_col] = total
-                else:
-                    c[r, out_col] = total
+        for span in range(1 if whole else 2):
+            j = split if span == 1 else 0
+            end = split if span == 0 and not whole else n_out
+            use_bias = (bias2.size if span == 1 else bias.size) > 0
+            if WIDE:
+                while j + 4 * lanes <= end:
+                    _tile4(a, b, c, bias, b2, c2, bias2, split, i, rows, j, False, use_bias)
+                    j += 4 * lanes
+            while j + 2 * lanes <= end:
+                _tile2(a, b, c, bias, b2, c2, bias2, split, i, rows, j, False, use_bias)
+                j += 2 * lanes
+            while j + lanes <= end:
+                _tile1(a, b, c, bias, b2, c2, bias2, split, i, rows, j, False, use_bias)
+                j += lanes
+            for r in range(i, i + rows):  # the columns past the last whole vector of the span
+                for col in range(j, end):
+                    second = col >= split
+                    out_col = col - split if second else col
+                    total = zero
+                    for k in range(depth):
+                        total = fma(a[r, k], b2[k, out_col] if second else b[k, out_col], total)
+                    if second:
+                        c2[r, out_col] = total + bias2[out_col] if bias2.size > 0 else total
+                    else:
+                        c[r, out_col] = total + bias[out_col] if bias.size > 0 else total
