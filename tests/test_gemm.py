@@ -210,6 +210,7 @@ def test_matmul_pair_rows_is_two_matmuls_bit_for_bit(dtype, widths):
         (rng.standard_normal(w1).astype(dtype), rng.standard_normal(w2).astype(dtype)),
         (none, none),
         (rng.standard_normal(w1).astype(dtype), none),
+        (none, rng.standard_normal(w2).astype(dtype)),
     ]:
         c1, c2 = np.full((n, w1), 7.0, dtype), np.full((n, w2), 7.0, dtype)
         matmul_pair_rows(
@@ -411,3 +412,18 @@ def test_tiled_dense_backward_bias_sums_are_the_plain_loops_bits(dtype, channels
                 part = part + row
             want = part if want is None else want + part
         np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{got.itemsize}"))
+
+
+def test_matmul_pair_rows_refuses_shapes_its_tiles_would_overrun():
+    f = np.float32
+    a, b = readonly(np.ones((6, 4), f)), readonly(np.ones((4, 16), f))
+    none = readonly(np.zeros(0, f))
+    c = np.empty((6, 16), f)
+    for bad in [
+        (a, readonly(np.ones((5, 16), f)), none, c, b, none, c),  # b's rows are not a's columns
+        (a, b, none, np.empty((6, 8), f), b, none, c),  # c narrower than b
+        (a, b, readonly(np.ones(3, f)), c, b, none, c),  # a bias of another width
+        (a, b, none, np.empty((4, 16), f), b, none, c),  # fewer rows of c than asked for
+    ]:
+        with pytest.raises(ValueError):
+            matmul_pair_rows(0, 6, *bad)

@@ -16,6 +16,7 @@ from gatfast.kernels import (
 )
 from gatfast.kernels.activations import ACTIVATIONS
 from gatfast.kernels.prefetch import WINDOW
+from gatfast.kernels.structure import component_cuts as cuts_kernel
 from gatfast.layers import passes
 from gatfast.layers.passes import NO_CUTS
 
@@ -72,8 +73,9 @@ def _problem(seed, heads, channels, dtype, dropout):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(
-    ("heads", "channels"), [(1, 1), (1, 7), (1, 8), (2, 9), (1, 16), (3, 17), (1, 32), (2, 33)]
-)
+    ("heads", "channels"),
+    [(1, 1), (1, 7), (1, 8), (2, 8), (2, 9), (1, 16), (4, 16), (3, 17), (1, 32), (2, 33)],
+)  # (2, 8) and (4, 16): several heads of whole vectors, walked as one run (ir_parts.for_heads)
 @pytest.mark.parametrize("activation", ["leaky_relu", "softplus"])
 @pytest.mark.parametrize("dropout", [False, True])
 def test_target_pass_sums_the_sources_of_its_closed_rows_to_the_bit(
@@ -142,6 +144,30 @@ def test_source_ranges_run_the_source_pass_on_each_range_only():
     assert got[inside].tobytes() == want[inside].tobytes() and (got[~inside] == 7).all()
 
 
+def test_a_slope_of_another_float_type_gives_the_same_bits():
+    """The kernels compute in the arrays' dtype whatever the slope's type: a Python float (float64) slope
+    with float32 arrays, on strided outputs (the plain loops) and contiguous ones (the vector sums)."""
+    dtype = np.float32
+    g, (xl, xr, grad, att, alpha, edge_scale), src = _problem(5, 1, 16, dtype, False)
+    n, nnz = g.num_nodes, g.nnz
+    leaky = ACTIVATIONS["leaky_relu"]
+    cuts = component_cuts(g)[0]
+    got = set()
+    for slope in (dtype(0.2), 0.2):
+        for make in (lambda shape: np.zeros(shape, dtype), lambda shape: _strided(shape, dtype)):
+            outputs = [make((nnz, 1)), make((nnz, 1)), make((n, 1, 16)), make((1, 1, 16)), make((1, 1, 16))]
+            q_out = make((n, 1, 16))
+            head = (g.indptr, g.indices, xl, xr, att, slope, leaky, WINDOW, edge_scale, alpha, grad)
+            gatv2_backward_target_blocks(0, 1, *head, *outputs, None, None, cuts, q_out)
+            want = make((n, 1, 16))
+            delta = np.ascontiguousarray(outputs[1])
+            gatv2_backward_source_rows(
+                0, n, *src, xl, xr, att, slope, leaky, None, edge_scale, alpha, delta, grad, want
+            )
+            got |= {np.ascontiguousarray(q_out).tobytes(), np.ascontiguousarray(want).tobytes()}
+    assert len(got) == 1
+
+
 def test_the_target_pass_refuses_cuts_of_another_size():
     dtype = np.float32
     g, (xl, xr, grad, att, alpha, edge_scale), _ = _problem(0, 1, 8, dtype, False)
@@ -167,6 +193,11 @@ def test_the_target_pass_refuses_cuts_of_another_size():
         gatv2_backward_target_blocks(
             0, 1, *head, *outputs, None, None, np.ones(n + 1, np.uint8), outputs[2][:2]
         )
+    wide = (g.indptr, g.indices, np.concatenate([xl, xl]), *head[3:])  # more sources than rows: not square
+    with pytest.raises(ValueError, match="square"):
+        gatv2_backward_target_blocks(0, 1, *wide, *outputs, None, None, np.ones(n + 1, np.uint8), outputs[2])
+    with pytest.raises(ValueError, match="square"):
+        cuts_kernel(np.array([0, 1], np.int64), np.array([3], np.int64))
 
 
 def _grads(layer, g, x, R, threads, fused, monkeypatch):

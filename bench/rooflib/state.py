@@ -142,7 +142,7 @@ class State:
             summed = self._rows(gatv2_backward_target_blocks, blocks, *head, self.xl_prefetch, *common, self.bias_part,
                                 self.rec_w, self.records, self.cuts, self.q_term)
             if self.cuts.size:  # and the source pass of the graphs its chunks cut, as the layer
-                source_pass_left_over(summed, len(self.src_indptr) - 1, self._source_head() + self._source_tail())
+                source_pass_left_over(summed, len(self.src_indptr) - 1, lambda: self._source_head() + self._source_tail())
         if self.bias is not None:  # the layer's bias gradient from the blocks, which checks grad_out
             V.all_finite(column_sum(self.bias_part.reshape(blocks, -1)))
         if self.pairwise:

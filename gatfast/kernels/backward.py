@@ -25,7 +25,7 @@ as vector code over the heads (``softmax.row_deltas``, the same bits); with
 one head of whole vectors, a row's ``A_ij`` come from up to 8 edges side by
 side (``head_sums.row_dots``, the same bits).
 With LeakyReLU attention the per-row sums of both passes run in
-``edge_sums.py`` (the sums in vector registers, the same bits) for the
+``edge_sums.py`` and ``source_sums.py`` (the sums in vector registers, the same bits) for the
 channels in whole 8-lane vectors; the loops here do the rest and every
 channel of other activations. On graphs that need the source pass's
 edge prefetch, the LeakyReLU target pass also writes each edge's source record
@@ -161,13 +161,15 @@ def gatv2_backward_target_blocks(
     pass also does the source pass (:func:`gatv2_backward_source_rows`) of
     the sources in ``[c0, c1)``, the widest range within the blocks' rows
     whose ends are cuts (``cuts[r]``: no edge joins a node below ``r`` to one
-    at or above it; ``CSRGraph.component_cuts``): those sources' targets all
-    lie in it, so each ``q_out[j]`` gets its terms in edge order from zero as
-    the rows go by, the source pass's sum, the same bits, without a second
-    walk over the edges forming ``z`` again. Returns ``(c0, c1)``, empty
-    (``c0 == c1``) without ``cuts``; the caller runs the source pass for the
-    other sources (its ``done``).
+    at or above it; ``graph.components.component_cuts``; a square graph):
+    those sources' targets all lie in it, so each ``q_out[j]`` gets its terms
+    in edge order from zero as the rows go by, the source pass's sum, the
+    same bits, without a second walk over the edges forming ``z`` again.
+    Returns ``(c0, c1)``, empty (``c0 == c1``) without ``cuts``; the caller
+    runs the source pass for the other sources
+    (:func:`gatv2_backward_source_ranges`).
     """
+    slope = xl.dtype.type(slope)  # the vector sums' type, so that the loops' terms are the same bits
     n = indptr.size - 1
     block = -(-n // att_part.shape[0]) if n > 0 else 1
     heads = att.shape[0]
@@ -185,8 +187,9 @@ def gatv2_backward_target_blocks(
     c0, c1 = closed_range(cuts, b0 * block, min(n, b1 * block))
     if rec_signs is not None:  # a graph with source records gets no cuts (layers/passes.py)
         c0 = c1
-    if c1 > c0 and (q_out.shape[0] < c1 or q_out.shape[1] != heads or q_out.shape[2] != channels):
-        raise ValueError("q_out must have a row per source and the heads' channels")  # written unchecked
+    # q_out is written without bounds checks at every source of the range's edges: a square graph's
+    if c1 > c0 and (q_out.shape[0] != n or xl.shape[0] != n or q_out.shape[1] != heads or q_out.shape[2] != channels):
+        raise ValueError("cuts need a square graph and q_out a row per node with the heads' channels")
     for j in range(c0, c1):
         for h in range(heads):
             for c in range(channels):
@@ -306,6 +309,7 @@ def gatv2_backward_source_rows(
     (see ``forward.py``) made the pass 3.5x slower at in-degree 256 (32
     channels, 2 threads, Intel Xeon: 28 vs 8 ns per edge).
     """
+    slope = xl.dtype.type(slope)  # as the target pass: the vector sums' type
     heads = att.shape[0]
     channels = att.shape[1]
     row_bytes = heads * channels * xl.itemsize
@@ -332,7 +336,7 @@ def gatv2_backward_source_rows(
         elif ahead is not None and j + window < n_dst:  # the rows near the sources ahead (prefetch.WINDOW)
             prefetch_row(xr, j + window, row_bytes)
             prefetch_row(grad, j + window, row_bytes)
-        # LeakyReLU: the channels in whole vectors with the sums in registers (see edge_sums.py), the
+        # LeakyReLU: the channels in whole vectors with the sums in registers (see source_sums.py), the
         # rest in the loop below
         first = 0
         if leaky:  # every head (ir_parts.for_heads)
@@ -343,7 +347,7 @@ def gatv2_backward_source_rows(
         for h in range(heads):
             for c in range(first, channels):
                 q_out[j, h, c] = zero
-        for p in range(lo, hi):
+        for p in range(lo, hi):  # the target pass with cuts adds these terms too: keep the two in step
             e = src_edges[p]
             i = src_targets[p]
             for h in range(heads):

@@ -274,7 +274,7 @@ def gatv2_backward_source_edge_rows(
         elif ahead is not None and j + window < n_dst:  # as gatv2_backward_source_rows
             prefetch_row(xr, j + window, row_bytes)
             prefetch_row(grad, j + window, row_bytes)
-        # LeakyReLU: the channels in whole vectors in registers (see edge_sums.py)
+        # LeakyReLU: the channels in whole vectors in registers (see source_sums.py)
         first = 0
         if leaky:  # every head (ir_parts.for_heads)
             first = source_edge_row_sums(

@@ -12,7 +12,8 @@ intrinsics run the edge loop per group of 8-channel vectors with the sums in
 registers and store them once, for the channels ``[0, C - C mod 8)`` of one
 head (or of every head, below); the kernels do the last ``C mod 8`` channels with their plain loops
 (and every channel of other activations, or of arrays with strided channels).
-The target pass with edge features has its own intrinsic (``edge_terms.py``).
+The target pass with edge features has its own intrinsic (``edge_terms.py``),
+the source pass's are in ``source_sums.py``.
 :func:`target_row_sums_sources` is the target pass's that also adds each
 edge's term of the source pass to its source's row of ``Q`` (batches of
 small graphs: ``backward.gatv2_backward_target_blocks``, ``cuts``).
@@ -136,7 +137,7 @@ def target_row_sums_sources(
 
     For each channel ``c`` it does, and each edge ``e = (j -> i)`` of the row:
     ``q_out[j, h, c] += (δ_e att[h, c]) s + w_e grad[i, h, c]``, with ``s`` and
-    ``w_e`` as in :func:`source_row_sums` (``ir_parts.add_source_term``, the
+    ``w_e`` as in ``source_sums.source_row_sums`` (``ir_parts.add_source_term``, the
     same operations), into the row in memory. Called on the rows of a range
     closed under the graph's edges, in row order, with those rows of ``q_out``
     zeroed first, each source's sum gets its terms in edge order from zero:
@@ -146,10 +147,7 @@ def target_row_sums_sources(
     arrays = (q_out, grad, alpha, edge_scale)
     if not arrays_ok(arrays, (3, 3, 2, 2)) or not arrays_ok((p_out, q_out), (3, 3)):
         return None
-    found = _target_typing(p_out, att_part, xl, xr, att, indices, delta, None, arrays)
-    if found is None:
-        return None
-    return found
+    return _target_typing(p_out, att_part, xl, xr, att, indices, delta, None, arrays)
 
 
 def _target_typing(p_out, att_part, xl, xr, att, indices, delta, records, sources=None):
@@ -240,8 +238,9 @@ def _target_codegen(vectorised, with_signs, with_sources=False):
                             arr["records"],
                             [e, builder.add(a["sign_base"], builder.mul(h, a["head_bytes"]))],
                         )
-                    # each vector's head's scalars, loaded once per head (one head: once per edge) and before
-                    # any store of the edge, which LLVM cannot tell from these arrays
+                    # each vector's head's scalars, once per distinct head value (head by head: once per edge;
+                    # fused heads: once per vector), before any store of the edge (LLVM cannot tell these
+                    # arrays apart, so a load after a store would be made again)
                     scalars = {}
                     for hv in heads_v:
                         if id(hv) not in scalars:

@@ -264,6 +264,11 @@ def matmul_pair_rows(r0, r1, a, b, bias, c, b2, bias2, c2):
     n_out = split + b2.shape[1]
     depth = a.shape[1]
     lanes = VECTOR_BYTES // c.itemsize
+    # the tiles read and write without bounds checks
+    if b.shape[0] != depth or b2.shape[0] != depth or c.shape[1] != split or c2.shape[1] != b2.shape[1]:
+        raise ValueError("b and b2 need a row per column of a; c and c2 their widths")
+    if bias.size not in (0, split) or bias2.size not in (0, b2.shape[1]) or min(c.shape[0], c2.shape[0]) < r1:
+        raise ValueError("bias and bias2 need a value per column or none; c and c2 the rows up to r1")
     whole = split % lanes == 0 and (bias.size > 0) == (bias2.size > 0)
     zero = c.dtype.type(0.0)
     for i in range(r0, r1, TILE_ROWS):

@@ -1,5 +1,6 @@
 """Building blocks of LLVM IR shared by the kernels' intrinsics (``combine.py``, ``edge_sums.py``,
-``edge_terms.py``, ``head_sums.py``, ``pairwise.py``, ``records.py``, ``reduce.py``, ``softmax.py``).
+``source_sums.py``, ``edge_terms.py``, ``head_sums.py``, ``pairwise.py``, ``records.py``, ``reduce.py``,
+``softmax.py``).
 
 Addresses from an array's data pointer and strides, vector stores, the
 loop over whole 8-lane vectors, the dropout factor without a branch, the
@@ -17,8 +18,8 @@ from numba.extending import intrinsic
 
 from .simd import LANES, element_pointer, splat
 
-#: The head argument that asks an intrinsic of ``combine.py``, ``edge_sums.py`` or ``records.py`` for every
-#: head of a row (see :func:`for_heads`).
+#: The head argument that asks an intrinsic of ``combine.py``, ``edge_sums.py``, ``source_sums.py`` or
+#: ``records.py`` for every head of a row (see :func:`for_heads`).
 ALL_HEADS = -1
 
 
@@ -93,9 +94,10 @@ def add_source_term(builder, total, dl, at, slope_or_one, w, g):
     """``total += (dl at) s + w g`` for one vector of a source pass (``total``: the sum's alloca).
 
     The plain loop's operations in its order, ``dl * att[h, c] * s + w *
-    grad[i, h, c]``, never fused: the source pass that forms ``z`` and the one
-    that reads the source records (``edge_sums.py``, ``records.py``) share it,
-    so they give the same bits.
+    grad[i, h, c]``, never fused: the source pass that forms ``z``, the one
+    that reads the source records (``source_sums.py``, ``records.py``) and
+    the target pass that sums ``Q_j`` too (``edge_sums.target_row_sums_sources``)
+    share it, so they give the same bits.
     """
     term = builder.fadd(builder.fmul(builder.fmul(dl, at), slope_or_one), builder.fmul(w, g))
     builder.store(builder.fadd(builder.load(total), term), total)

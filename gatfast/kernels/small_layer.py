@@ -70,7 +70,7 @@ def small_layer_forward(
     wlt, blt, wrt, brt = tiles
     if wlt.shape[0] == 0:
         project2(x, W_l, b_l, W_r, b_r, xl.reshape(n, heads * channels), xr.reshape(n, heads * channels))
-    else:  # the general path's dense_projections for rows that fit one chunk, with its argument types
+    else:  # the general path's dense_projections over all the rows, with its argument types
         width = heads * channels
         matmul_pair_rows(np.int64(0), n, x, wlt, blt, xl.reshape(n, width), wrt, brt, xr.reshape(n, width))
     # a first row typed int64, not the literal 0: the general path's specialisation, compiled once

@@ -104,6 +104,8 @@ def component_cuts(indptr, indices):
     for i in range(n):
         for e in range(indptr[i], indptr[i + 1]):
             j = indices[e]
+            if j < 0 or j >= n:  # spans is written without bounds checks
+                raise ValueError("component_cuts needs a square graph: every source a row")
             lo, hi = min(i, j), max(i, j)
             if hi > lo:
                 spans[lo + 1] += 1

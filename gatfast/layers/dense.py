@@ -163,16 +163,17 @@ def dense_projections(x, pairs):
     (``kernels.gemm.matmul_pair_rows``). Otherwise one-thread BLAS calls per
     chunk on Python threads.
     """
+    if len(pairs) not in (1, 2):
+        raise ValueError(f"pairs must hold one or two (W, b, out), got {len(pairs)}")
     if all(tiled(x, out) for _, _, out in pairs):
-        x_ro = readonly(x)
-        args = [x_ro]
-        for W, b, out in pairs:
-            args += [readonly(transpose(W)), readonly(bias_or_empty(b, x.dtype)), out]
-        kernel = matmul_pair_rows if len(pairs) == 2 else matmul_rows
-        if len(pairs) == 1:  # matmul_rows' order of arguments
-            args = [x_ro, args[1], args[2], False, args[3]]
+        sides = [(readonly(transpose(W)), readonly(bias_or_empty(b, x.dtype)), out) for W, b, out in pairs]
+        if len(sides) == 2:
+            kernel, args = matmul_pair_rows, (readonly(x), *sides[0], *sides[1])
+        else:
+            wt, b, out = sides[0]
+            kernel, args = matmul_rows, (readonly(x), wt, b, False, out)
         macs = x.shape[0] * x.shape[1] * sum(out.shape[1] for _, _, out in pairs)
-        _runtime.run_rows(kernel, x.shape[0], tuple(args), macs // _runtime.MACS_PER_UNIT)
+        _runtime.run_rows(kernel, x.shape[0], args, macs // _runtime.MACS_PER_UNIT)
         return
 
     def task(start, stop):

@@ -94,11 +94,11 @@ def source_sums_cuts(g, edge_features, records):
     return NO_CUTS if found is None or found[1] > SOURCE_SUMS_MAX_RUN else found[0]
 
 
-def source_pass_left_over(summed, count, args):
+def source_pass_left_over(summed, count, source_args):
     """After a target pass with cuts: the source pass of the sources its chunks did not sum (their ``(c0,
-    c1)`` in ``summed``, the pass's return values), in one call on this thread; ``args`` as
-    ``gatv2_backward_source_rows`` takes them after its range. A few small graphs where a chunk ended in one,
-    none on one thread."""
+    c1)`` in ``summed``, the pass's return values), in one call on this thread; ``source_args()`` gives the
+    arguments ``gatv2_backward_source_rows`` takes after its range (called only if a source is left: a few
+    small graphs where a chunk ended in one, none on one thread)."""
     left, start = [], 0
     for c0, c1 in sorted(r for r in summed if r[1] > r[0]):
         if c0 > start:
@@ -107,7 +107,7 @@ def source_pass_left_over(summed, count, args):
     if start < count:
         left.append((start, count))
     if left:
-        gatv2_backward_source_ranges(np.array(left, np.int64), *args)
+        gatv2_backward_source_ranges(np.array(left, np.int64), *source_args())
 
 
 def kernel_constants(layer):
@@ -252,11 +252,14 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
     att_part = ws.empty("att_part", (blocks, H, C), dtype)
     bias_part = ws.empty("bias_part", (blocks, H, C), dtype) if in_target_pass else layer.constants.no_parts
     work = _work(g, layer, u)
-    src_indptr, src_edges = g.source_order()
     q_term = ws.empty("q_term", (n_src, H, C), dtype)
     head = (g.indptr, g.indices, cache.xl, cache.xr, params["att"], slope, kind)
     ahead = source_prefetch_distance(g, cache.xr, g_heads, cache.alpha, cache.edge_scale, u)
-    source_head = (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, ahead)
+
+    def source_head():  # the source-major order: built (once per graph) only where a source pass runs
+        src_indptr, src_edges = g.source_order()
+        return (src_indptr, src_edges, ws.source_targets(g), cache.xl, cache.xr, params["att"], slope, kind, ahead)
+
     records = uses_source_records(kind, ahead, cache.xr.nbytes + g_heads.nbytes)
     if records:  # the target pass writes them, the source pass reads them (kernels/records.py)
         rec_signs = ws.empty("source_records", (g.nnz, record_bytes(H, C, dtype.itemsize)), np.uint8)
@@ -265,6 +268,7 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
         rec_w = rec_signs = None
     xl_prefetch = (forward_prefetch(g, cache.xl),)  # the target pass gathers xl as the forward does
     cuts = source_sums_cuts(g, layer.edge_dim is not None, records)  # and the target pass does the source pass
+    summed = []
     if layer.edge_dim is None:
         summed = _runtime.run_rows(gatv2_backward_target_blocks, blocks, head + xl_prefetch + (
             cache.edge_scale, cache.alpha, g_heads, upstream, delta, p_term, att_part, bias_part, rec_w, rec_signs,
@@ -279,15 +283,16 @@ def attention_backward(layer, cache, grad_out, pairwise, ws, input_grad=True, ed
         grads["bias"] = _bias_from_parts(bias_part, grad_out, check_grad)
     if records:
         _runtime.run_rows(gatv2_backward_source_record_rows, n_src, (
-            src_indptr, src_edges, ws.source_targets(g), params["att"], slope, ahead, readonly(rec_w),
-            readonly(rec_signs), g_heads, q_term), work)
+            *source_head()[:3], params["att"], slope, ahead, readonly(rec_w), readonly(rec_signs), g_heads, q_term),
+            work)
     elif cuts.size:
-        source_pass_left_over(summed, n_src, source_head + (cache.edge_scale, cache.alpha, delta, g_heads, q_term))
+        source_pass_left_over(summed, n_src, lambda: source_head() + (cache.edge_scale, cache.alpha, delta, g_heads,
+                                                                      q_term))
     elif layer.edge_dim is None:
-        _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head + (
+        _runtime.run_rows(gatv2_backward_source_rows, n_src, source_head() + (
             cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     else:
-        _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head + (
+        _runtime.run_rows(gatv2_backward_source_edge_rows, n_src, source_head() + (
             u, weT, cache.edge_scale, cache.alpha, delta, g_heads, q_term), work)
     if pairwise:  # the paper's form replaces the O(N) P_i the target pass wrote
         _runtime.run_rows(gatv2_pairwise_theta_r_rows, n_dst, head + (u, weT, cache.alpha, upstream, p_term), work)

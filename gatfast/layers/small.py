@@ -40,9 +40,9 @@ ENABLED = True
 
 #: Most rows whose forward takes the one-call kernel with the dense tile's projections (a few wide
 #: rows: a network's middle layer on one scene, 10 x 64 -> 4 x 16, where the general path's Python
-#: was most of the call). Up to it the general path runs its products as one chunk of rows and its
-#: attention kernel on the calling thread where its work is below ``_runtime.PARALLEL_WORK``, so the
-#: one call is the same work on the same thread. The one call took, as a fraction of the general
+#: was most of the call). Up to it the general path runs its products and its attention kernel on
+#: the calling thread where their work is below ``_runtime.PARALLEL_WORK`` (``run_rows``), so the one
+#: call is the same work on the same thread. The one call took, as a fraction of the general
 #: path's time (64 -> 4 x 16, in-degree 8, alternating rounds, 2-vCPU AMD EPYC): 0.51 at 10 rows,
 #: 0.64 at 32 and 64, 0.75 at 128, 1.01 at 256 (where the general path's attention takes two threads).
 FEW_ROWS = 128
