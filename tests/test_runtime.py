@@ -28,10 +28,40 @@ def test_run_rows_covers_every_row_once_in_chunks():
         _runtime.run_rows(kernel, 1000, (out,), work=100 * _runtime.SERIAL_WORK)
     assert (out == 1).all()
     if numba.config.NUMBA_NUM_THREADS >= 2:
-        assert len(seen) == 2 * _runtime.CHUNKS_PER_THREAD
+        assert sorted(seen) == _runtime.row_chunks(
+            1000, 2, 2 * _runtime.CHUNKS_PER_THREAD, 100 * _runtime.SERIAL_WORK
+        )
     seen.clear()
     _runtime.run_rows(kernel, 1000, (out,), work=_runtime.SERIAL_WORK - 1)  # small: one call
     assert seen == [(0, 1000)]
+
+
+@pytest.mark.parametrize("workers", [2, 3, 16])
+@pytest.mark.parametrize("count", [1, 2, 5, 64, 800, 20_399, 200_000])
+@pytest.mark.parametrize("units_per_row", [1, 50, 1000, 10**5])
+def test_row_chunks_cover_the_rows_in_order_shrinking_to_a_tail_of_at_least_serial_work(
+    workers, count, units_per_row
+):
+    work = count * units_per_row
+    pieces = min(count, workers * _runtime.CHUNKS_PER_THREAD, work // _runtime.SERIAL_WORK)
+    if pieces <= 1:
+        return  # run_rows makes one call
+    chunks = _runtime.row_chunks(count, workers, pieces, work)
+    assert chunks[0][0] == 0 and chunks[-1][1] == count
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    sizes = [stop - start for start, stop in chunks]
+    assert min(sizes) >= 1
+    assert sizes[:-1] == sorted(sizes[:-1], reverse=True)  # largest first (the last takes the remainder)
+    # the first about an equal chunk's size, no chunk below SERIAL_WORK units, the last ones a TAIL_SPLIT-th
+    smallest = max(-(-count // (pieces * _runtime.TAIL_SPLIT)), -(-_runtime.SERIAL_WORK // units_per_row))
+    assert sizes[0] <= max(-(-count // (2 * workers)), smallest)
+    assert all(size * units_per_row >= _runtime.SERIAL_WORK for size in sizes)
+    assert min(sizes) < 2 * smallest
+    # at most one chunk per SERIAL_WORK units, and not many more than equal chunks would be
+    assert len(chunks) <= work // _runtime.SERIAL_WORK
+    assert len(chunks) <= 2 * workers * (_runtime.TAIL_SPLIT + 1) + 2 * workers * np.log(
+        pieces * _runtime.TAIL_SPLIT
+    )
 
 
 @needs_two_threads
@@ -61,7 +91,10 @@ def test_an_error_in_one_chunk_is_raised_after_every_chunk_ran():
 
     with _runtime.threads(2), pytest.raises(RuntimeError, match="chunk 0"):
         _runtime.run_rows(kernel, 800, (), work=100 * _runtime.SERIAL_WORK)
-    assert len(done) == 2 * _runtime.CHUNKS_PER_THREAD - 1
+    assert (
+        len(done)
+        == len(_runtime.row_chunks(800, 2, 2 * _runtime.CHUNKS_PER_THREAD, 100 * _runtime.SERIAL_WORK)) - 1
+    )
 
 
 @needs_two_threads
@@ -119,7 +152,10 @@ def test_a_helper_that_fails_is_reported_after_every_chunk_was_tried_once():
             try:
                 _runtime.run_rows(kernel, 800, (), work=100 * _runtime.SERIAL_WORK)
             except RuntimeError as exc:
-                starts = [k * 100 for k in range(2 * _runtime.CHUNKS_PER_THREAD)]
+                chunks = _runtime.row_chunks(
+                    800, 2, 2 * _runtime.CHUNKS_PER_THREAD, 100 * _runtime.SERIAL_WORK
+                )
+                starts = [start for start, _ in chunks]
                 assert sorted(tried) == starts  # every chunk tried once, the failed ones too
                 # the first failed chunk's error is the one raised, whichever failed first in time
                 assert str(exc) == f"a helper's chunk at {min(failed)} failed"

@@ -265,7 +265,9 @@ def test_a_busy_team_sends_other_callers_to_their_own_thread():
         finally:
             release.set()
             holder.join(10)
-    assert len(names) == 2 * _runtime.CHUNKS_PER_THREAD
+    assert len(names) == len(
+        _runtime.row_chunks(800, 2, 2 * _runtime.CHUNKS_PER_THREAD, 100 * _runtime.SERIAL_WORK)
+    )
     assert set(names) == {threading.current_thread().name}
 
 
