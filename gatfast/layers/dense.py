@@ -255,16 +255,13 @@ def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
     else:
         macs = n * features * channels * len(grads) * (2 if grad_x is not None else 1)
         _runtime.run_rows(dense_grad_chunks, count, args, macs // _runtime.MACS_PER_UNIT)
-    parts = []
-    for side in range(len(grads)):
-        gW = _in_order(list(gw[:, side]))
-        parts.append(
-            (
-                transpose(gW) if transposed else gW,
-                _in_order(list(gb[:, side])) if with_bias else None,
-            )
-        )
-    return parts
+    # the chunks' partials added in chunk order, as _in_order does, in one kernel call each (from +0)
+    gw = column_sum(gw.reshape(count, -1)).reshape(gw.shape[1:])
+    gb = column_sum(gb.reshape(count, -1)).reshape(gb.shape[1:]) if with_bias else None
+    return [
+        (transpose(gw[side]) if transposed else gw[side], None if gb is None else gb[side])
+        for side in range(len(grads))
+    ]
 
 
 def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
