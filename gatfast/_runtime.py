@@ -77,10 +77,11 @@ STREAM_BYTES_PER_UNIT = 16
 #: far above a thread's wake-up.
 PARALLEL_ELEMENTS = 1 << 20
 
-#: Chunks of rows per thread at most at the start of a call: enough for
-#: threads that finish early to take another (graphs with hubs have very
+#: Equal chunks of rows per thread that a call's work is sized by: enough
+#: for threads that finish early to take another (graphs with hubs have very
 #: uneven rows), few enough that the per-chunk cost (a few microseconds)
-#: stays small. The chunks then shrink (:func:`row_chunks`).
+#: stays small. The chunks themselves start bigger and shrink
+#: (:func:`row_chunks`).
 CHUNKS_PER_THREAD = 4
 
 #: The last chunks of a call are this many times smaller than equal chunks
@@ -131,9 +132,9 @@ def row_chunks(count, workers, pieces, work):
     """``[(start, stop), ...]`` covering ``[0, count)`` in order, largest first ("guided" scheduling).
 
     Each chunk takes ``1 / (2 workers)`` of the rows left, so the first is
-    about as big as :data:`CHUNKS_PER_THREAD` equal chunks per thread would
-    make it (``count / pieces``, ``pieces`` chunks), and the last ones
-    :data:`TAIL_SPLIT` times smaller, but never below :data:`SERIAL_WORK`
+    twice as big as one of :data:`CHUNKS_PER_THREAD` equal chunks per thread
+    (``count / pieces``, ``pieces`` chunks), and the last ones
+    :data:`TAIL_SPLIT` times smaller than those, but never below :data:`SERIAL_WORK`
     units of ``work`` (spread evenly over the rows): the thread that takes
     the last chunk then finishes soon after the others. Which thread runs a
     chunk, and where chunks end, never changes a result (:func:`run_rows`).

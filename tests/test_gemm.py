@@ -383,13 +383,14 @@ def test_blas_backward_holds_blas_at_one_thread(monkeypatch):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("channels", [1, 7, 17, 33])
 @pytest.mark.parametrize("shared", [False, True])
-def test_tiled_dense_backward_bias_sums_are_the_plain_loops_bits(dtype, channels, shared):
+@pytest.mark.parametrize("rows", [5000, 40_000])  # 3 and 20 chunks (NumPy sums one column pairwise from 8)
+def test_tiled_dense_backward_bias_sums_are_the_plain_loops_bits(dtype, channels, shared, rows):
     """The projections' bias gradients from the tiled backward (``reduce.sum_rows`` per chunk): each chunk's
     rows added in order from zero, then the chunks' partials in order, bit for bit."""
     from gatfast.layers.dense import chunk_rows
 
-    rng = np.random.default_rng(channels)
-    rows, features = 5000, 16  # three chunks
+    rng = np.random.default_rng([channels, rows])
+    features = 16
     x = rng.standard_normal((rows, features)).astype(dtype)
     g_l, g_r = (
         (rng.standard_normal((rows, channels)) * 10.0 ** rng.integers(-3, 4, (rows, 1))).astype(dtype)

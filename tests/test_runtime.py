@@ -36,16 +36,22 @@ def test_run_rows_covers_every_row_once_in_chunks():
     assert seen == [(0, 1000)]
 
 
-@pytest.mark.parametrize("workers", [2, 3, 16])
-@pytest.mark.parametrize("count", [1, 2, 5, 64, 800, 20_399, 200_000])
-@pytest.mark.parametrize("units_per_row", [1, 50, 1000, 10**5])
+def _split_cases():
+    """(workers, count, units per row) that run_rows splits (more than one piece)."""
+    for workers in (2, 3, 16):
+        for count in (2, 5, 64, 800, 20_399, 200_000):
+            for units_per_row in (1, 50, 1000, 10**5):
+                work = count * units_per_row
+                if min(count, workers * _runtime.CHUNKS_PER_THREAD, work // _runtime.SERIAL_WORK) > 1:
+                    yield workers, count, units_per_row
+
+
+@pytest.mark.parametrize(("workers", "count", "units_per_row"), list(_split_cases()))
 def test_row_chunks_cover_the_rows_in_order_shrinking_to_a_tail_of_at_least_serial_work(
     workers, count, units_per_row
 ):
     work = count * units_per_row
     pieces = min(count, workers * _runtime.CHUNKS_PER_THREAD, work // _runtime.SERIAL_WORK)
-    if pieces <= 1:
-        return  # run_rows makes one call
     chunks = _runtime.row_chunks(count, workers, pieces, work)
     assert chunks[0][0] == 0 and chunks[-1][1] == count
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))

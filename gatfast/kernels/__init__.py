@@ -95,6 +95,19 @@ def column_sum(a):
     return out
 
 
+def sum_in_order(parts):
+    """``parts[0] + parts[1] + ...`` elementwise, from +0, left to right, for a C-contiguous float array.
+
+    A fixed order of chunk partials (the same bits for any thread count) in
+    one kernel call at any width, where :func:`column_sum` hands a single
+    column to NumPy, which sums it pairwise from 8 values on.
+    """
+    flat = parts.reshape(parts.shape[0], -1)
+    out = np.empty(flat.shape[1], parts.dtype)
+    column_sums(readonly(flat), out)
+    return out.reshape(parts.shape[1:])
+
+
 def transpose(a):
     """``a.T`` as a new C-contiguous array (the same values), in tiles (``transpose.py``).
 

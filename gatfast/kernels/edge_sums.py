@@ -282,8 +282,15 @@ def _target_codegen(vectorised, with_signs, with_sources=False):
                         builder.fmul(builder.load(p), load_vector(builder, att_row, off, vec_ty)),
                     )
 
+            # without the source terms, 2 or 3 vectors left go as a group of 2 (16 and 24 channels one walk
+            # and two, as when the group was 2)
             vector_groups(
-                builder, intp, width, TARGET_SOURCES_GROUP if with_sources else TARGET_GROUP, vectors
+                builder,
+                intp,
+                width,
+                TARGET_SOURCES_GROUP if with_sources else TARGET_GROUP,
+                vectors,
+                half=not with_sources,
             )
 
         for_heads(builder, a["h"], heads, channels, head_run)

@@ -160,8 +160,8 @@ def for_heads(builder, h, heads, channels, body, fusable=True):
       row is one), each vector lying in one head, so the loop over the row's
       edges runs once per group of vectors instead of once per head
       (``fused`` True). With 8 heads of 8 channels (Cora's layer) that is
-      4 heads a walk in ``combine.py`` and the source pass, 2 in the target
-      pass.
+      4 heads a walk in ``combine.py``, the source pass and (with AVX-512)
+      the target pass.
     - ``h == ALL_HEADS`` otherwise: each head in turn, as ``h >= 0``. One
       head goes by its index: fused, its scalars would be loaded once per
       vector instead of once per group of vectors (the source pass at 1 x 32

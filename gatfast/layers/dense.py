@@ -17,7 +17,14 @@ import scipy.sparse as sp
 from scipy.linalg import blas
 
 from .. import _runtime
-from ..kernels import column_sum, csr_dense_matmul2_rows, csr_dense_matmul_rows, readonly, transpose
+from ..kernels import (
+    column_sum,
+    csr_dense_matmul2_rows,
+    csr_dense_matmul_rows,
+    readonly,
+    sum_in_order,
+    transpose,
+)
 from ..kernels.dense_grads import BLOCK, dense_grad_chunks
 from ..kernels.dense_small import project2, project2_backward
 from ..kernels.gemm import TILE_BYTES, matmul_pair_rows, matmul_rows
@@ -88,7 +95,6 @@ MIN_ROW_CHUNK = 2048  # rows; at most 32 chunks above 65,536 rows
 #: scene (10 x 16 x 32) that took 4.2 us instead of 6.9 us forward and 12 us
 #: instead of 22 us backward; at 100 x 16 x 64 BLAS was 4x faster (2-core AMD EPYC).
 SMALL_PRODUCT = 1 << 14
-
 
 #: The fewest rows whose projections' backward takes the tile (``kernels/dense_grads.py``), one block of its
 #: rows. Below, BLAS's few calls cost less or about the same (2-core Intel Xeon, 2 threads, BLAS on one: the
@@ -255,13 +261,8 @@ def _tiled_backward(x, grads, W_l, W_r, grad_x, with_bias):
     else:
         macs = n * features * channels * len(grads) * (2 if grad_x is not None else 1)
         _runtime.run_rows(dense_grad_chunks, count, args, macs // _runtime.MACS_PER_UNIT)
-    # the chunks' partials added in chunk order, as _in_order does, in one kernel call each (from +0)
-    gw = column_sum(gw.reshape(count, -1)).reshape(gw.shape[1:])
-    gb = column_sum(gb.reshape(count, -1)).reshape(gb.shape[1:]) if with_bias else None
-    return [
-        (transpose(gw[side]) if transposed else gw[side], None if gb is None else gb[side])
-        for side in range(len(grads))
-    ]
+    gw, gb = sum_in_order(gw), sum_in_order(gb) if with_bias else None  # the chunks' partials, as _in_order
+    return [(transpose(w) if transposed else w, None if gb is None else gb[k]) for k, w in enumerate(gw)]
 
 
 def _blas_backward(x, grads, W_l, W_r, grad_x, with_bias):
