@@ -90,9 +90,7 @@ def column_sum(a):
     """
     if a.ndim != 2 or a.shape[1] < 2 or not a.flags.c_contiguous or a.dtype not in _KERNEL_FLOATS:
         return a.sum(axis=0)
-    out = np.empty(a.shape[1], a.dtype)
-    column_sums(readonly(a), out)
-    return out
+    return sum_in_order(a)
 
 
 def sum_in_order(parts):
@@ -102,7 +100,7 @@ def sum_in_order(parts):
     one kernel call at any width, where :func:`column_sum` hands a single
     column to NumPy, which sums it pairwise from 8 values on.
     """
-    flat = parts.reshape(parts.shape[0], -1)
+    flat = parts.reshape(parts.shape[0], int(np.prod(parts.shape[1:])))  # no rows: still the columns
     out = np.empty(flat.shape[1], parts.dtype)
     column_sums(readonly(flat), out)
     return out.reshape(parts.shape[1:])
