@@ -65,7 +65,7 @@ def test_fma_rounds_once(dtype):
 @pytest.mark.parametrize("depth", [0, 1, 7, 16, 33])
 def test_matmul_rows_follows_its_order_of_operations(dtype, width, depth):
     rng = np.random.default_rng(width * 100 + depth)
-    n = 11  # two full tiles of 4 rows and a tail of 3
+    n = 2 * gemm.ROW_BLOCK + 7  # two blocks, then 7 rows: a full tile and a short one, or one short tile
     a = rng.standard_normal((n, depth)).astype(dtype)
     b = rng.standard_normal((depth, width)).astype(dtype)
     a[::2] *= 1e3  # magnitudes that differ, so another order shows in the last bits
@@ -144,13 +144,15 @@ def test_vector_width_follows_the_cpu_numba_compiles_for(monkeypatch):
 def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
     """Each tile width called directly (the 4-vector tile too, which matmul_rows leaves out on AVX2), into
     a column slice of a wider array, whose other columns must keep their sentinel; and split at every vector
-    boundary between two outputs (``matmul_pair_rows``), each vector reading its own weights and bias."""
+    boundary between two outputs (``matmul_pair_rows``), each vector reading its own weights and bias. The
+    rows run in sub-tiles of the tile's rows, the last one short: one row, one short tile, one full, and
+    two full ones and a row."""
     from numba import njit
 
     tiles = {4: gemm._tile4, 2: gemm._tile2, 1: gemm._tile1}
     lanes = gemm.VECTOR_BYTES // np.dtype(dtype).itemsize
     rng = np.random.default_rng(5)
-    n, depth = 6, 19
+    n, depth = 2 * max(gemm.TILE_ROWS.values()) + 3, 19
     a = rng.standard_normal((n, depth)).astype(dtype)
     a[::2] *= 1e3
     for vectors, tile in tiles.items():
@@ -163,7 +165,9 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
         b = rng.standard_normal((depth, width)).astype(dtype)
         bias = rng.standard_normal(width).astype(dtype)
         for split in range(0, width + 1, lanes):  # width: no second output
-            for rows in (1, 3, 4):  # a short tile computes its last row again and stores only its own rows
+            tile_rows = gemm.TILE_ROWS[vectors]
+            # a short last sub-tile stores its own rows only
+            for rows in (1, tile_rows - 1, tile_rows, 2 * tile_rows + 1):
                 for accumulate in (False, True):
                     outputs = [
                         np.full((n, split + 3), 7.0, dtype),
@@ -201,7 +205,7 @@ def test_matmul_pair_rows_is_two_matmuls_bit_for_bit(dtype, widths):
     with both biases, none, or one only; rows outside ``[r0, r1)`` untouched."""
     w1, w2 = widths
     rng = np.random.default_rng(w1 * 100 + w2)
-    n, depth = 23, 17
+    n, depth = 2 * gemm.ROW_BLOCK + 11, 17  # rows 2 to n - 2: two blocks and a short one
     a = rng.standard_normal((n, depth)).astype(dtype)
     a[::3] *= 1e3
     b1, b2 = (rng.standard_normal((depth, w)).astype(dtype) for w in widths)
@@ -213,12 +217,13 @@ def test_matmul_pair_rows_is_two_matmuls_bit_for_bit(dtype, widths):
         (none, rng.standard_normal(w2).astype(dtype)),
     ]:
         c1, c2 = np.full((n, w1), 7.0, dtype), np.full((n, w2), 7.0, dtype)
+        end = n - 2
         matmul_pair_rows(
-            2, 21, readonly(a), readonly(b1), readonly(bias1), c1, readonly(b2), readonly(bias2), c2
+            2, end, readonly(a), readonly(b1), readonly(bias1), c1, readonly(b2), readonly(bias2), c2
         )
         for c, b, bias in ((c1, b1, bias1), (c2, b2, bias2)):
-            assert c[2:21].tobytes() == in_order(a[2:21], b, bias, None, False).tobytes()
-            assert (c[:2] == 7).all() and (c[21:] == 7).all()
+            assert c[2:end].tobytes() == in_order(a[2:end], b, bias, None, False).tobytes()
+            assert (c[:2] == 7).all() and (c[end:] == 7).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -1,0 +1,67 @@
+"""The projections' backward per chunk (``kernels/dense_grads.py``): its documented order of operations, to the bit."""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from gatfast.kernels import readonly
+from gatfast.kernels.dense_grads import BLOCK, dense_grad_chunks
+from gatfast.kernels.gemm import fma
+
+
+@njit
+def _fused_sums(a, b, c):
+    for i in range(c.shape[0]):
+        for j in range(c.shape[1]):
+            total = c[i, j]
+            for k in range(a.shape[1]):
+                total = fma(a[i, k], b[k, j], total)
+            c[i, j] = total
+
+
+def _in_order(a, b, start=None):
+    """Σ_k a[:, k] * b[k] in increasing k, each step one fused multiply-add, from 0 or from ``start``."""
+    total = np.zeros((a.shape[0], b.shape[1]), a.dtype) if start is None else start.copy()
+    _fused_sums(np.ascontiguousarray(a), np.ascontiguousarray(b), total)
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("features, channels", [(16, 32), (64, 64), (33, 7), (9, 17)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_each_chunk_is_the_plain_sums_in_row_order(dtype, features, channels, shared):
+    """Chunks of several blocks and a short one: each weight partial is one chain of fused multiply-adds over
+    the chunk's rows in increasing order (the blocks continue each other's sums), and ``grad_x``'s rows are
+    ``g_l @ w_l``, then ``g_r @ w_r`` added, each in its own order, whatever the blocks interleave."""
+    rng = np.random.default_rng([features, channels])
+    size = 2 * BLOCK + 37
+    n = 2 * size + 5  # two whole chunks and a short one
+    x = rng.standard_normal((n, features)).astype(dtype)
+    g_l, g_r = (
+        (rng.standard_normal((n, channels)) * 10.0 ** rng.integers(-3, 4, (n, 1))).astype(dtype)
+        for _ in range(2)
+    )
+    w_l, w_r = (rng.standard_normal((channels, features)).astype(dtype) for _ in range(2))
+    sides = 1 if shared else 2
+    transposed = channels > features
+    shape = (features, channels) if transposed else (channels, features)
+    count = -(-n // size)
+    gw = np.full((count, sides, *shape), np.nan, dtype)
+    gb = np.full((count, sides, channels), np.nan, dtype)
+    grad_x = np.full((n, features), np.nan, dtype)
+    no_bias = readonly(np.zeros(0, dtype))
+    arrays = [readonly(a) for a in (x, g_l, g_r, w_l, w_r)]
+    dense_grad_chunks(0, count, size, transposed, *arrays, no_bias, gw, gb, grad_x)
+    for k in range(count):
+        rows = slice(k * size, min(n, (k + 1) * size))
+        for s, g in enumerate((g_l, g_r)[:sides]):
+            want = _in_order(x[rows].T, g[rows]) if transposed else _in_order(g[rows].T, x[rows])
+            assert gw[k, s].tobytes() == want.tobytes(), (k, s)
+            part = np.zeros(channels, dtype)
+            for row in g[rows]:
+                part = part + row
+            assert gb[k, s].tobytes() == part.tobytes(), (k, s)
+    want_x = _in_order(g_l, w_l)
+    if not shared:
+        want_x = _in_order(g_r, w_r, want_x)
+    assert grad_x.tobytes() == want_x.tobytes()
