@@ -152,7 +152,7 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
     tiles = {4: gemm._tile4, 2: gemm._tile2, 1: gemm._tile1}
     lanes = gemm.VECTOR_BYTES // np.dtype(dtype).itemsize
     rng = np.random.default_rng(5)
-    n, depth = 2 * max(gemm.TILE_ROWS.values()) + 3, 19
+    n, depth = 2 * max(gemm.TILE_ROWS.values()) + 3, 19  # room for every rows below
     a = rng.standard_normal((n, depth)).astype(dtype)
     a[::2] *= 1e3
     for vectors, tile in tiles.items():
@@ -167,7 +167,7 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
         for split in range(0, width + 1, lanes):  # width: no second output
             tile_rows = gemm.TILE_ROWS[vectors]
             # a short last sub-tile stores its own rows only
-            for rows in (1, tile_rows - 1, tile_rows, 2 * tile_rows + 1):
+            for rows in (1, tile_rows - 1, tile_rows, 8, 2 * tile_rows + 1):
                 for accumulate in (False, True):
                     outputs = [
                         np.full((n, split + 3), 7.0, dtype),
