@@ -65,3 +65,58 @@ def test_each_chunk_is_the_plain_sums_in_row_order(dtype, features, channels, sh
     if not shared:
         want_x = _in_order(g_r, w_r, want_x)
     assert grad_x.tobytes() == want_x.tobytes()
+
+
+def test_a_range_of_chunks_writes_only_its_chunks_and_grad_x_can_be_skipped():
+    """Chunks ``[1, 2)`` of three: the other chunks' partials and ``grad_x`` rows keep their sentinel; with
+    ``grad_x`` of no rows the partials are the same bits."""
+    rng = np.random.default_rng(3)
+    size, n, features, channels = BLOCK + 9, 3 * BLOCK + 20, 24, 40
+    x = rng.standard_normal((n, features)).astype(np.float32)
+    g_l, g_r = (rng.standard_normal((n, channels)).astype(np.float32) for _ in range(2))
+    w_l, w_r = (rng.standard_normal((channels, features)).astype(np.float32) for _ in range(2))
+    arrays = [readonly(a) for a in (x, g_l, g_r, w_l, w_r)]
+    no_bias = readonly(np.zeros(0, np.float32))
+    runs = []
+    for rows_x in (n, 0):
+        gw = np.full((3, 2, features, channels), np.nan, np.float32)
+        gb = np.full((3, 2, channels), np.nan, np.float32)
+        grad_x = np.full((rows_x, features), np.nan, np.float32)
+        dense_grad_chunks(1, 2, size, True, *arrays, no_bias, gw, gb, grad_x)
+        assert np.isnan(gw[[0, 2]]).all() and np.isnan(gb[[0, 2]]).all() and not np.isnan(gw[1]).any()
+        if rows_x:
+            assert np.isnan(grad_x[:size]).all() and np.isnan(grad_x[2 * size :]).all()
+            assert not np.isnan(grad_x[size : 2 * size]).any()
+        runs.append(gw[1].tobytes())
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("gw", "gw must have"),
+        ("grad_x_rows", "grad_x must have"),
+        ("grad_x_width", "grad_x must have"),
+        ("w_r", "w_l and w_r"),
+    ],
+)
+def test_arrays_that_do_not_fit_are_refused(change, message):
+    """The tiles read and write without bounds checks, so the kernel checks the shapes it is given."""
+    n, features, channels = 50, 16, 32
+    x = np.ones((n, features), np.float32)
+    g = np.ones((n, channels), np.float32)
+    w = np.ones((channels, features), np.float32)
+    gw = np.empty((1, 2, channels, features), np.float32)
+    gb = np.empty((1, 2, channels), np.float32)
+    grad_x = np.empty((n, features), np.float32)
+    w_r = w
+    if change == "gw":
+        gw = np.empty((1, 2, features, channels), np.float32)
+    elif change == "grad_x_rows":
+        grad_x = np.empty((n - 1, features), np.float32)
+    elif change == "grad_x_width":
+        grad_x = np.empty((n, features + 1), np.float32)
+    else:
+        w_r = np.ones((channels, features + 1), np.float32)
+    with pytest.raises(ValueError, match=message):
+        dense_grad_chunks(0, 1, n, False, x, g, g, w, w_r, np.zeros(0, np.float32), gw, gb, grad_x)

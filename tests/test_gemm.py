@@ -85,6 +85,9 @@ def test_matmul_rows_writes_only_its_rows_and_takes_strided_input():
     matmul_rows(5, 18, readonly(g.T), readonly(x), readonly(np.zeros(0, np.float32)), False, out)
     np.testing.assert_array_equal(out[5:18], in_order(g.T[5:18], x, np.zeros(0, np.float32), None, False))
     assert (out[:5] == 7).all() and (out[18:] == 7).all()
+    before = out.copy()
+    matmul_rows(9, 9, readonly(g.T), readonly(x), readonly(np.zeros(0, np.float32)), False, out)  # no rows
+    assert out.tobytes() == before.tobytes()
 
 
 @pytest.mark.parametrize("rows", [5, 3000])  # one chunk, and row chunks on threads
@@ -167,7 +170,7 @@ def test_every_tile_follows_the_order_and_writes_only_its_columns(dtype):
         for split in range(0, width + 1, lanes):  # width: no second output
             tile_rows = gemm.TILE_ROWS[vectors]
             # a short last sub-tile stores its own rows only
-            for rows in (1, tile_rows - 1, tile_rows, 8, 2 * tile_rows + 1):
+            for rows in (1, tile_rows - 1, tile_rows, 8, 2 * tile_rows - 1, 2 * tile_rows + 1):
                 for accumulate in (False, True):
                     outputs = [
                         np.full((n, split + 3), 7.0, dtype),

@@ -66,9 +66,21 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
         raise ValueError("g_l and g_r must have x's rows and one width")
     if gb.shape[2] not in (0, channels) or gb.shape[0] != gw.shape[0] or gb.shape[1] != sides:
         raise ValueError("gb must have (chunks, sides, channels or 0) values")
-    first = np.int64(0)  # not a literal: the projections' specialisation of the tile serves every call
-    # one call site per product: each site links and optimises the tile's code again (compile time)
     rows_out = features if transposed else channels
+    if gw.shape[0] < k1 or gw.shape[2] != rows_out or gw.shape[2] + gw.shape[3] != features + channels:
+        raise ValueError("gw must have a (C, K) partial, (K, C) transposed, per side of each chunk up to k1")
+    if grad_x.shape[1] != features or (
+        grad_x.shape[0] > 0
+        and (
+            grad_x.shape[0] != n
+            or w_l.shape[0] != channels
+            or w_r.shape[0] != channels
+            or w_l.shape[1] != features
+            or w_r.shape[1] != features
+        )
+    ):
+        raise ValueError("grad_x must have x's shape, or no rows; w_l and w_r then (channels, features)")
+    first = np.int64(0)  # not a literal: the projections' specialisation of the tile serves every call
     for k in range(k0, k1):
         r0 = k * size
         r1 = min(n, r0 + size)
@@ -79,10 +91,17 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
                 gw[k, s] = 0.0
         for b0 in range(r0, r1, BLOCK):  # each block's rows read once from memory, for every product
             b1 = min(r1, b0 + BLOCK)
-            for s in range(sides):
+            # the sides' gᵀ x, then g_l @ w_l and += g_r @ w_r, from one call site (each site links and
+            # optimises the tile's code again: compile time)
+            for p in range(sides + (sides if grad_x.shape[0] > 0 else 0)):
+                s = p % sides
                 g = g_l if s == 0 else g_r
-                a = x[b0:b1].T if transposed else g[b0:b1].T
-                b = g[b0:b1] if transposed else x[b0:b1]
-                matmul_rows(first, rows_out, a, b, no_bias, b0 > r0, gw[k, s])
-            for s in range(sides if grad_x.shape[0] > 0 else 0):  # g_l @ w_l, then += g_r @ w_r
-                matmul_rows(b0, b1, g_l if s == 0 else g_r, w_l if s == 0 else w_r, no_bias, s > 0, grad_x)
+                if p < sides:
+                    a = x[b0:b1].T if transposed else g[b0:b1].T
+                    b = g[b0:b1] if transposed else x[b0:b1]
+                    lo, hi, more, out = first, rows_out, b0 > r0, gw[k, s]
+                else:
+                    a = g[b0:b1]
+                    b = w_l if s == 0 else w_r
+                    lo, hi, more, out = first, b1 - b0, s > 0, grad_x[b0:b1]
+                matmul_rows(lo, hi, a, b, no_bias, more, out)

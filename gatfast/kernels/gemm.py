@@ -9,11 +9,12 @@ GFLOP/s on one thread of a 2-core AMD EPYC, where this tile reached 35-68
 of 4, 2 or 1 vectors of columns (the widest that fits first) by a few rows,
 the accumulators held in registers across the whole sum. A vector is one
 AVX-512 register where Numba compiles for AVX-512 (16 float32 or 8
-float64), else one AVX2 register, and the 4-vector tiles are left out
-there. On a 2-core
-Intel Xeon with AVX-512 (one thread, old and new tile alternating) the
-wider vectors and tiles took 0.62-0.73x the time of 4 x 2 AVX2 vectors on
-200,000 x 64 -> 64 (79 GFLOP/s, near the 89 of the CPU's separate
+float64), else one AVX2 register; the walks leave the 4-vector tiles out
+there (their accumulators would fill AVX2's 16 registers; ``TILE_ROWS[4]``
+serves direct calls of the tile, the tests'). On a 2-core Intel Xeon with
+AVX-512 (one thread, old and new tile alternating, tiles of 4 rows then)
+the wider vectors and tiles took 0.62-0.73x the time of 4 x 2 AVX2 vectors
+on 200,000 x 64 -> 64 (79 GFLOP/s, near the 89 of the CPU's separate
 multiplies and adds) and 0.79-0.84x on 20,399 x 16 -> 32.
 
 Each tile holds as many accumulators as the registers allow beside its
@@ -279,8 +280,9 @@ def matmul_rows(r0, r1, a, b, bias, accumulate, c):
 def matmul_pair_rows(r0, r1, a, b, bias, c, b2, bias2, c2):
     """``c[i] = a[i] @ b + bias`` and ``c2[i] = a[i] @ b2 + bias2`` for the rows ``i`` in ``[r0, r1)``.
 
-    A layer's two projections of one input in one pass: each tile of rows
-    reads ``a`` once for the columns of both, so the widest tile spans both
+    A layer's two projections of one input in one pass: each block of
+    :data:`ROW_BLOCK` rows reads ``a`` for the columns of both while it is
+    in the cache, and the widest tile spans both
     outputs where one alone is narrower (``small-batch``'s 32 + 32 columns:
     one 4-vector tile instead of two 2-vector ones), and the rows run in one
     call (the layer's chunks on the thread team, not a Python task per
