@@ -67,7 +67,7 @@ def dense_grad_chunks(k0, k1, size, transposed, x, g_l, g_r, w_l, w_r, no_bias, 
     if gb.shape[2] not in (0, channels) or gb.shape[0] != gw.shape[0] or gb.shape[1] != sides:
         raise ValueError("gb must have (chunks, sides, channels or 0) values")
     rows_out = features if transposed else channels
-    if gw.shape[0] < k1 or gw.shape[2] != rows_out or gw.shape[2] + gw.shape[3] != features + channels:
+    if gw.shape[0] < k1 or gw.shape[2] != rows_out or gw.shape[3] != (channels if transposed else features):
         raise ValueError("gw must have a (C, K) partial, (K, C) transposed, per side of each chunk up to k1")
     if grad_x.shape[1] != features or (
         grad_x.shape[0] > 0
