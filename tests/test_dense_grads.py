@@ -2,28 +2,10 @@
 
 import numpy as np
 import pytest
-from numba import njit
+from fused_order import in_order
 
 from gatfast.kernels import readonly
 from gatfast.kernels.dense_grads import BLOCK, dense_grad_chunks
-from gatfast.kernels.gemm import fma
-
-
-@njit
-def _fused_sums(a, b, c):
-    for i in range(c.shape[0]):
-        for j in range(c.shape[1]):
-            total = c[i, j]
-            for k in range(a.shape[1]):
-                total = fma(a[i, k], b[k, j], total)
-            c[i, j] = total
-
-
-def _in_order(a, b, start=None):
-    """Σ_k a[:, k] * b[k] in increasing k, each step one fused multiply-add, from 0 or from ``start``."""
-    total = np.zeros((a.shape[0], b.shape[1]), a.dtype) if start is None else start.copy()
-    _fused_sums(np.ascontiguousarray(a), np.ascontiguousarray(b), total)
-    return total
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -55,15 +37,15 @@ def test_each_chunk_is_the_plain_sums_in_row_order(dtype, features, channels, sh
     for k in range(count):
         rows = slice(k * size, min(n, (k + 1) * size))
         for s, g in enumerate((g_l, g_r)[:sides]):
-            want = _in_order(x[rows].T, g[rows]) if transposed else _in_order(g[rows].T, x[rows])
+            want = in_order(x[rows].T, g[rows]) if transposed else in_order(g[rows].T, x[rows])
             assert gw[k, s].tobytes() == want.tobytes(), (k, s)
             part = np.zeros(channels, dtype)
             for row in g[rows]:
                 part = part + row
             assert gb[k, s].tobytes() == part.tobytes(), (k, s)
-    want_x = _in_order(g_l, w_l)
+    want_x = in_order(g_l, w_l)
     if not shared:
-        want_x = _in_order(g_r, w_r, want_x)
+        want_x = in_order(g_r, w_r, start=want_x)
     assert grad_x.tobytes() == want_x.tobytes()
 
 

@@ -2,6 +2,7 @@
 
 from fractions import Fraction
 
+import fused_order
 import numpy as np
 import pytest
 from numba import njit
@@ -11,21 +12,9 @@ from gatfast.kernels.gemm import fma, matmul_pair_rows, matmul_rows
 from gatfast.layers.dense import dense_backward, dense_projections, tiled
 
 
-@njit
-def _fused_sums(a, b, c):
-    for i in range(c.shape[0]):
-        for j in range(c.shape[1]):
-            total = c[i, j]
-            for k in range(a.shape[1]):
-                total = fma(a[i, k], b[k, j], total)
-            c[i, j] = total
-
-
 def in_order(a, b, bias, c, accumulate):
     """Σ_k a[:, k] * b[k] in increasing k, each step one fused multiply-add, from 0 (or ``c``), then the bias."""
-    total = c.copy() if accumulate else np.zeros((a.shape[0], b.shape[1]), a.dtype)
-    _fused_sums(np.ascontiguousarray(a), np.ascontiguousarray(b), total)
-    return total + bias if bias.size else total
+    return fused_order.in_order(a, b, bias, c if accumulate else None)
 
 
 def _rounded(exact, dtype):

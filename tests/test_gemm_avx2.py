@@ -13,29 +13,16 @@ import llvmlite.binding as llvm
 import pytest
 
 SCRIPT = r"""
+import sys
+
 import numpy as np
-from numba import njit
+
+sys.path.insert(0, sys.argv[1])  # the tests' folder: fused_order
+from fused_order import in_order
 from gatfast.kernels import gemm, readonly
-from gatfast.kernels.gemm import fma, matmul_pair_rows, matmul_rows
+from gatfast.kernels.gemm import matmul_pair_rows, matmul_rows
 
 assert not gemm.WIDE and gemm.VECTOR_BYTES == 32, (gemm.WIDE, gemm.VECTOR_BYTES)
-
-
-@njit
-def fused_sums(a, b, c):
-    for i in range(c.shape[0]):
-        for j in range(c.shape[1]):
-            total = c[i, j]
-            for k in range(a.shape[1]):
-                total = fma(a[i, k], b[k, j], total)
-            c[i, j] = total
-
-
-def in_order(a, b, bias, start):
-    total = np.zeros((a.shape[0], b.shape[1]), a.dtype) if start is None else start.copy()
-    fused_sums(np.ascontiguousarray(a), np.ascontiguousarray(b), total)
-    return total + bias if bias.size else total
-
 
 rng = np.random.default_rng(11)
 for dtype in (np.float32, np.float64):
@@ -69,6 +56,12 @@ print("ok")
 def test_avx2_tiles_follow_the_order_of_operations(tmp_path):
     env = dict(os.environ, NUMBA_CPU_NAME="haswell", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
     env.pop("NUMBA_CPU_FEATURES", None)
-    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, os.path.dirname(__file__)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "ok"
